@@ -1,0 +1,85 @@
+"""Build the Triton model repository from the committed checkpoints.
+
+`python -m export.build_repository` exports each checkpoint to ONNX into
+`model_repository/<task>_encoder/1/model.onnx` and copies the tokenizer and task config next
+to the front model. A stamp file records the checkpoint hashes, so an unchanged checkpoint is
+not exported again (`--force` rebuilds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+STAMP = ".built.json"
+
+
+def fingerprint(folder: Path) -> str:
+    h = hashlib.sha256()
+    for path in sorted(folder.iterdir()):
+        if path.is_file() and path.name != "metrics.json":
+            h.update(path.name.encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def build_sentiment(checkpoint: Path, repository: Path) -> list[Path]:
+    from export import sentiment
+    from export.onnx_export import export_encoder_classifier
+
+    model, config, _ = sentiment.load(checkpoint)
+    onnx_path = export_encoder_classifier(model, repository / "sentiment_encoder" / "1" / "model.onnx")
+    front = repository / "sentiment" / "1"
+    shutil.copy2(checkpoint / "tokenizer.json", front / "tokenizer.json")
+    shutil.copy2(checkpoint / "config.json", front / "config.json")
+    return [onnx_path, front / "tokenizer.json", front / "config.json"]
+
+
+BUILDERS = {"sentiment": build_sentiment}
+
+
+def build(checkpoints: Path, repository: Path, tasks: list[str] | None = None, force: bool = False) -> list[str]:
+    """Export every task whose checkpoint exists; returns the tasks that were (re)built."""
+    stamp_path = repository / STAMP
+    stamp = json.loads(stamp_path.read_text()) if stamp_path.exists() else {}
+    built = []
+    for task, builder in BUILDERS.items():
+        if tasks and task not in tasks:
+            continue
+        folder = checkpoints / task
+        if not (folder / "model.safetensors").exists():
+            print(f"skip {task}: no checkpoint at {folder}")
+            continue
+        fp = fingerprint(folder)
+        outputs_exist = (repository / f"{task}_encoder" / "1" / "model.onnx").exists()
+        if not force and stamp.get(task) == fp and outputs_exist:
+            print(f"{task}: up to date")
+            continue
+        t0 = time.monotonic()
+        print(f"{task}: exporting {folder} → ONNX ...", flush=True)
+        paths = builder(folder, repository)
+        print(f"{task}: wrote {', '.join(str(p.relative_to(repository)) for p in paths)} in {time.monotonic() - t0:.1f}s")
+        stamp[task] = fp
+        built.append(task)
+    stamp_path.write_text(json.dumps(stamp, indent=2) + "\n")
+    return built
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m export.build_repository", description=__doc__.split("\n\n")[0])
+    p.add_argument("--checkpoints", type=Path, default=ROOT / "checkpoints", help="default: %(default)s")
+    p.add_argument("--repository", type=Path, default=ROOT / "model_repository", help="default: %(default)s")
+    p.add_argument("--task", action="append", choices=sorted(BUILDERS), help="only these tasks (repeatable)")
+    p.add_argument("--force", action="store_true", help="export even when the checkpoint is unchanged")
+    args = p.parse_args(argv)
+    build(args.checkpoints, args.repository, args.task, args.force)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

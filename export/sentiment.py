@@ -1,0 +1,126 @@
+"""Sentiment task: data → tokenizer → RoPE encoder classifier → metrics → checkpoint."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from export.checkpoint import CONFIG_FILE, load_weights, read_json, save_checkpoint
+from export.data import LabelledText, read_sentiment, seeded_split
+from export.model import ModelConfig, SentimentClassifier
+from export.tokenizer import load_tokenizer, train_tokenizer
+from export.training import TrainConfig, length_batches, pad_batch, train
+
+LABELS = ["negative", "positive"]  # index = class id
+TOKENIZER_FILE = "tokenizer.json"
+
+
+def encode(tokenizer, texts: list[str], max_tokens: int) -> list[list[int]]:
+    return [enc.ids[:max_tokens] for enc in tokenizer.encode_batch(texts)]
+
+
+@torch.no_grad()
+def predict(model: nn.Module, ids: list[list[int]], batch_tokens: int = 8192) -> torch.Tensor:
+    """Class probabilities [N, 2] for pre-tokenized texts, batched by length."""
+    model.eval()
+    probs = torch.zeros(len(ids), 2)
+    for batch in length_batches([len(x) for x in ids], batch_tokens, 256, None):
+        x, m = pad_batch([ids[i] or [0] for i in batch])
+        probs[batch] = model(x, m).softmax(-1)
+    return probs
+
+
+def classification_metrics(rows: list[LabelledText], probs: torch.Tensor) -> dict:
+    """Accuracy and F1 (positive class and macro) overall and per source dataset."""
+    pred = probs.argmax(-1).tolist()
+    groups: dict[str, list[int]] = defaultdict(list)
+    for i, row in enumerate(rows):
+        groups["all"].append(i)
+        groups[row.source].append(i)
+    out = {}
+    for name, idx in sorted(groups.items()):
+        y = [rows[i].label for i in idx]
+        p = [pred[i] for i in idx]
+        out[name] = {"n": len(idx), "accuracy": round(sum(a == b for a, b in zip(y, p)) / len(idx), 4)}
+        f1s = []
+        for cls in (1, 0):
+            tp = sum(a == cls and b == cls for a, b in zip(y, p))
+            fp = sum(a != cls and b == cls for a, b in zip(y, p))
+            fn = sum(a == cls and b != cls for a, b in zip(y, p))
+            f1s.append(2 * tp / max(1, 2 * tp + fp + fn))
+        out[name]["f1_positive"] = round(f1s[0], 4)
+        out[name]["f1_macro"] = round(sum(f1s) / 2, 4)
+    return out
+
+
+def run(
+    data_dir: Path,
+    out_dir: Path,
+    model_cfg: ModelConfig,
+    train_cfg: TrainConfig,
+    vocab_size: int = 8000,
+    max_tokens: int = 128,
+    state_path: Path | None = None,
+    limit: int | None = None,
+    command: str = "",
+) -> dict:
+    """Train and evaluate; write the checkpoint folder; return the metrics."""
+    rows = read_sentiment(data_dir)
+    train_rows, dev_rows, test_rows = seeded_split(rows, key=lambda r: r.text)
+    if limit:
+        train_rows, dev_rows, test_rows = train_rows[:limit], dev_rows[: limit // 4], test_rows[: limit // 4]
+    print(f"sentiment: {len(rows)} unique texts → train {len(train_rows)}, dev {len(dev_rows)}, test {len(test_rows)}")
+
+    tokenizer = train_tokenizer((r.text for r in train_rows), vocab_size)
+    model_cfg.vocab_size = tokenizer.get_vocab_size()
+    model_cfg.num_labels = len(LABELS)
+    ids = {
+        name: encode(tokenizer, [r.text for r in part], max_tokens)
+        for name, part in [("train", train_rows), ("dev", dev_rows), ("test", test_rows)]
+    }
+    labels = torch.tensor([r.label for r in train_rows])
+    model = SentimentClassifier(model_cfg)
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"model: {n_params / 1e6:.2f} M parameters, vocab {model_cfg.vocab_size}")
+
+    def loss_fn(m: nn.Module, batch: list[int]) -> torch.Tensor:
+        x, mask = pad_batch([ids["train"][i] or [0] for i in batch])
+        return F.cross_entropy(m(x, mask), labels[batch], label_smoothing=0.05)
+
+    def evaluate(m: nn.Module) -> dict[str, float]:
+        return {"dev_accuracy": classification_metrics(dev_rows, predict(m, ids["dev"]))["all"]["accuracy"]}
+
+    history = train(model, [len(x) for x in ids["train"]], loss_fn, train_cfg, evaluate, "dev_accuracy", state_path)
+    metrics = {
+        "task": "sentiment",
+        "command": command,
+        "parameters": n_params,
+        "splits": {"train": len(train_rows), "dev": len(dev_rows), "test": len(test_rows), "seed": train_cfg.seed},
+        "dev": classification_metrics(dev_rows, predict(model, ids["dev"])),
+        "test": classification_metrics(test_rows, predict(model, ids["test"])),
+        "history": history,
+    }
+    config = {
+        "task": "sentiment",
+        "architecture": "SentimentClassifier",
+        "model": asdict(model_cfg),
+        "labels": LABELS,
+        "max_tokens": max_tokens,
+    }
+    save_checkpoint(out_dir, model, config, metrics)
+    tokenizer.save(str(Path(out_dir) / TOKENIZER_FILE))
+    print(f"test accuracy {metrics['test']['all']['accuracy']:.4f} → {out_dir}")
+    return metrics
+
+
+def load(checkpoint_dir: Path) -> tuple[SentimentClassifier, dict, object]:
+    """(model in eval mode, config dict, tokenizer) from a checkpoint folder."""
+    config = read_json(Path(checkpoint_dir) / CONFIG_FILE)
+    model = SentimentClassifier(ModelConfig.from_dict(config["model"]))
+    load_weights(checkpoint_dir, model)
+    return model, config, load_tokenizer(Path(checkpoint_dir) / TOKENIZER_FILE)

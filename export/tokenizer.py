@@ -1,0 +1,40 @@
+"""Tokenizers trained with Hugging Face `tokenizers` on the training text.
+
+Chinese is split into single characters (BERT's CJK handling), everything else into WordPiece
+sub-words. Characters are the natural unit for Chinese: no word segmenter is needed, the vocab
+stays small, and attention maps read one character per row (as in the seed's 我/爱/你 example).
+Control characters and NUL bytes are removed by the normalizer, so text that consists only of
+them becomes empty, which the serving layer reports as an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+PAD, UNK, BOS, EOS = "[PAD]", "[UNK]", "[BOS]", "[EOS]"
+SPECIAL_TOKENS = [PAD, UNK, BOS, EOS]  # ids 0..3, the same in every tokenizer of the project
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = range(4)
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int, min_frequency: int = 2) -> Tokenizer:
+    """WordPiece over BERT-normalized text (CJK characters isolated, lower-cased, controls removed)."""
+    tok = Tokenizer(models.WordPiece(unk_token=UNK, max_input_chars_per_word=100))
+    tok.normalizer = normalizers.Sequence(
+        [
+            normalizers.NFKC(),
+            normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=False, lowercase=True),
+        ]
+    )
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=SPECIAL_TOKENS, show_progress=False
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    return tok
+
+
+def load_tokenizer(path: str) -> Tokenizer:
+    return Tokenizer.from_file(str(path))

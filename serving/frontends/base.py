@@ -1,0 +1,228 @@
+"""What every front model does, written once.
+
+Triton's dynamic batcher hands `execute()` several requests. A front model:
+  1. reads and validates each request on its own (a bad one gets an error response, the
+     others go on),
+  2. tokenizes all valid texts of the batch in one call of the Rust tokenizer,
+  3. runs the task (one BLS call per group of requests that share settings),
+  4. answers each request in order, one response per request, nothing dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tokenizers import Tokenizer
+
+TEXT_INPUT = "TEXT"
+PAD_MULTIPLE = 8
+UNK_ID = 1  # export.tokenizer.UNK_ID; not imported so the serving image needs no torch
+
+
+class InputError(ValueError):
+    """A problem with what the client sent; its message is returned to the client as INVALID_ARGUMENT."""
+
+
+def decode_texts(raw: np.ndarray, name: str = TEXT_INPUT) -> list[str]:
+    """BYTES tensor [N, 1] → N Python strings, refusing invalid UTF-8 and empty text."""
+    arr = np.asarray(raw)
+    if arr.dtype != np.object_:
+        raise InputError(f"{name} must be BYTES (UTF-8 text), got {arr.dtype}")
+    if arr.ndim != 2 or arr.shape[1] != 1:
+        raise InputError(f"{name} must have shape [batch, 1], got {list(arr.shape)}")
+    texts = []
+    for i, item in enumerate(arr[:, 0]):
+        if isinstance(item, bytes | bytearray):
+            try:
+                text = bytes(item).decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise InputError(f"{name}[{i}] is not valid UTF-8 ({err.reason} at byte {err.start})") from None
+        elif isinstance(item, str):
+            text = item
+        else:
+            raise InputError(f"{name}[{i}] must be UTF-8 bytes, got {type(item).__name__}")
+        if not has_readable_char(text):
+            raise InputError(f"{name}[{i}] is empty, whitespace-only or holds only control characters")
+        texts.append(text)
+    return texts
+
+
+def has_readable_char(text: str) -> bool:
+    """False when the tokenizer's normalizer would leave nothing: whitespace, control and
+    format characters (category Cc/Cf) and U+FFFD are all it removes or ignores."""
+    return any(not (ch.isspace() or ch == "\ufffd" or unicodedata.category(ch) in ("Cc", "Cf")) for ch in text)
+
+
+def decode_int_option(raw: np.ndarray | None, name: str, rows: int, default: int, low: int, high: int) -> int:
+    """An optional INT32 [N, 1] setting: one value for the whole request, inside [low, high]."""
+    if raw is None:
+        return default
+    arr = np.asarray(raw)
+    if arr.size not in (1, rows):
+        raise InputError(f"{name} must hold one value per text (shape [{rows}, 1]), got shape {list(arr.shape)}")
+    values = set(arr.reshape(-1).tolist())
+    if len(values) != 1:
+        raise InputError(f"{name} must be the same for every text of a request, got {sorted(values)}")
+    value = int(values.pop())
+    if not low <= value <= high:
+        raise InputError(f"{name} must be between {low} and {high}, got {value}")
+    return value
+
+
+@dataclass
+class Encoded:
+    """A padded batch: ids/mask [B, S] int64 with S a multiple of 8, plus per-row bookkeeping."""
+
+    ids: np.ndarray
+    mask: np.ndarray
+    lengths: list[int]
+    truncated: list[bool]
+
+
+class BatchTokenizer:
+    """One `encode_batch` call for all texts of a Triton batch, truncation, one padding."""
+
+    def __init__(self, tokenizer: Tokenizer, max_tokens: int, pad_id: int = 0) -> None:
+        self.tokenizer = tokenizer
+        self.max_tokens = max_tokens
+        self.pad_id = pad_id
+
+    @classmethod
+    def from_file(cls, path: Path, max_tokens: int) -> BatchTokenizer:
+        return cls(Tokenizer.from_file(str(path)), max_tokens)
+
+    def encode(self, texts: Sequence[str], suffix: Sequence[int] = ()) -> Encoded:
+        """Token ids (plus `suffix`, e.g. an end-of-sequence id) truncated to max_tokens."""
+        encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        keep = self.max_tokens - len(suffix)
+        # An empty encoding would leave a row with every key masked; read it as one unknown token.
+        seqs = [(enc.ids[:keep] or [UNK_ID]) + list(suffix) for enc in encodings]
+        truncated = [len(enc.ids) > keep for enc in encodings]
+        lengths = [len(s) for s in seqs]
+        width = max(PAD_MULTIPLE, -(-max(lengths) // PAD_MULTIPLE) * PAD_MULTIPLE)
+        ids = np.full((len(seqs), width), self.pad_id, dtype=np.int64)
+        mask = np.zeros((len(seqs), width), dtype=np.int64)
+        for row, seq in enumerate(seqs):
+            ids[row, : len(seq)] = seq
+            mask[row, : len(seq)] = 1
+        return Encoded(ids, mask, lengths, truncated)
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        return [len(enc.ids) for enc in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+
+
+@dataclass
+class Job:
+    """One valid request: its texts and the settings that decide which BLS call it joins."""
+
+    index: int  # position of the request in the Triton batch
+    texts: list[str]
+    options: tuple = ()
+    results: list[Any] = field(default_factory=list)
+
+
+def read_assets(args: dict) -> tuple[dict, Path]:
+    """(config.json of the task, folder holding tokenizer files) for a front model instance."""
+    folder = Path(args["model_repository"]) / str(args["model_version"])
+    with open(folder / "config.json", encoding="utf-8") as f:
+        return json.load(f), folder
+
+
+class FrontModel:
+    """Template for a front model; subclasses say how to parse options and how to run a group.
+
+    `pb` is the `triton_python_backend_utils` module, passed in because it only exists inside
+    the Python backend stub.
+    """
+
+    outputs: tuple[str, ...] = ()
+
+    def __init__(self, pb: Any, args: dict) -> None:
+        self.pb = pb
+        self.model_config = json.loads(args["model_config"])
+        self.task_config, self.asset_dir = read_assets(args)
+
+    # -- task specific -------------------------------------------------------------------
+    def parse_options(self, request: Any, rows: int) -> tuple:
+        return ()
+
+    def run_group(self, texts: list[str], options: tuple) -> list[tuple]:
+        """Results for texts that share `options`, one tuple of output values per text."""
+        raise NotImplementedError
+
+    # -- shared flow ---------------------------------------------------------------------
+    def execute(self, requests: list[Any]) -> list[Any]:
+        responses: list[Any] = [None] * len(requests)
+        groups: dict[tuple, list[Job]] = {}
+        for i, request in enumerate(requests):
+            try:
+                tensor = self.pb.get_input_tensor_by_name(request, TEXT_INPUT)
+                if tensor is None:
+                    raise InputError(f"missing required input {TEXT_INPUT}")
+                texts = decode_texts(tensor.as_numpy())
+                job = Job(i, texts, self.parse_options(request, len(texts)))
+                groups.setdefault(job.options, []).append(job)
+            except InputError as err:
+                responses[i] = self.error_response(str(err))
+        for options, jobs in groups.items():
+            texts = [t for job in jobs for t in job.texts]
+            try:
+                results = self.run_group(texts, options)
+            except InputError as err:  # a group-level problem: tell each request of the group
+                for job in jobs:
+                    responses[job.index] = self.error_response(str(err))
+                continue
+            except Exception as err:  # noqa: BLE001 - a server fault must answer, not hang the client
+                for job in jobs:
+                    responses[job.index] = self.error_response(f"internal error: {err}", invalid=False)
+                continue
+            start = 0
+            for job in jobs:
+                rows = results[start : start + len(job.texts)]
+                start += len(job.texts)
+                responses[job.index] = self.ok_response(rows)
+        return responses
+
+    def ok_response(self, rows: list[tuple]) -> Any:
+        columns = list(zip(*rows)) if rows else [() for _ in self.outputs]
+        tensors = [
+            self.pb.Tensor(name, to_column(values, self.output_dtype(name)))
+            for name, values in zip(self.outputs, columns)
+        ]
+        return self.pb.InferenceResponse(output_tensors=tensors)
+
+    def error_response(self, message: str, invalid: bool = True) -> Any:
+        code = self.pb.TritonError.INVALID_ARG if invalid else self.pb.TritonError.INTERNAL
+        return self.pb.InferenceResponse(error=self.pb.TritonError(message, code))
+
+    def output_dtype(self, name: str) -> Any:
+        for out in self.model_config["output"]:
+            if out["name"] == name:
+                return self.pb.triton_string_to_numpy(out["data_type"])
+        raise KeyError(name)
+
+    def bls(self, model: str, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+        """One synchronous call of another model of the repository."""
+        request = self.pb.InferenceRequest(
+            model_name=model,
+            inputs=[self.pb.Tensor(k, v) for k, v in inputs.items()],
+            requested_output_names=outputs,
+        )
+        response = request.exec()
+        if response.has_error():
+            raise RuntimeError(f"{model}: {response.error().message()}")
+        return {name: self.pb.get_output_tensor_by_name(response, name).as_numpy() for name in outputs}
+
+
+def to_column(values: Sequence[Any], dtype: Any) -> np.ndarray:
+    """Values → [N, 1] array; strings become UTF-8 bytes for BYTES outputs."""
+    if dtype in (np.object_, object, np.bytes_):
+        data = [v.encode("utf-8") if isinstance(v, str) else v for v in values]
+        return np.array(data, dtype=np.object_).reshape(-1, 1)
+    return np.asarray(values, dtype=dtype).reshape(-1, 1)

@@ -1,0 +1,38 @@
+"""`sentiment`: texts → one BLS call to `sentiment_encoder` → softmax → label and score."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from serving.frontends.base import BatchTokenizer, FrontModel
+
+ENCODER = "sentiment_encoder"
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    z = logits - logits.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def label_and_score(logits: np.ndarray, labels: list[str]) -> list[tuple[str, float]]:
+    probs = softmax(logits.astype(np.float64))
+    best = probs.argmax(axis=-1)
+    return [(labels[k], float(probs[i, k])) for i, k in enumerate(best)]
+
+
+class SentimentFront(FrontModel):
+    outputs = ("LABEL", "SCORE")
+
+    def __init__(self, pb: Any, args: dict) -> None:
+        super().__init__(pb, args)
+        self.labels: list[str] = self.task_config["labels"]
+        self.tokenizer = BatchTokenizer.from_file(self.asset_dir / "tokenizer.json", self.task_config["max_tokens"])
+
+    def run_group(self, texts: list[str], options: tuple) -> list[tuple]:
+        batch = self.tokenizer.encode(texts)
+        logits = self.bls(ENCODER, {"input_ids": batch.ids, "attention_mask": batch.mask}, ["logits"])["logits"]
+        return label_and_score(logits, self.labels)
+

