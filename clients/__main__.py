@@ -1,0 +1,7 @@
+"""`python -m clients ...` is the same as the `ropeserve` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,234 @@
+"""Command line: `python -m clients` / `ropeserve`, one sub-command per Triton model.
+
+Parsing, reading texts, calling and formatting are separate functions so tests can drive each one alone
+(the formatter takes any object with the `Client` methods). Connection flags are accepted before or after the
+sub-command, because people type both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict
+from typing import Any, TextIO
+
+from .client import Client
+from .endpoints import ENDPOINTS, Sentiment
+from .errors import ClientError, ServerUnreachable
+from .retry import RetryPolicy
+from .transport import DEFAULT_TIMEOUT_S, TRANSPORTS
+
+EXIT_OK = 0
+EXIT_REQUEST_FAILED = 1  # the server answered with an error, or did not answer in time
+EXIT_USAGE = 2  # argparse's own code for bad command lines
+EXIT_UNREACHABLE = 3
+DEFAULT_BATCH_SIZE = 8  # a safe batch for every model; sentiment accepts 32 or more
+
+COMMANDS: dict[str, tuple[str, str]] = {  # name -> (one-line help, example)
+    "sentiment": (
+        "classify Chinese reviews as positive/negative; prints label, score and text per line",
+        'python -m clients sentiment "这部电影不差" "太难看了"',
+    ),
+    "translate": (
+        "translate Chinese to English; prints one translation per line",
+        'python -m clients translate "我爱你。" --beams 4 --max-new-tokens 32',
+    ),
+    "summarize": (
+        "summarize Chinese text into a one-line headline; prints one summary per line",
+        "python -m clients summarize - < articles.txt",
+    ),
+}
+
+EPILOG = """\
+texts: give them as arguments; "-" reads one text per non-empty line from stdin.
+output: one line per text in input order; --json prints one JSON object per line instead.
+exit codes: 0 ok, 1 the server rejected a request or timed out, 2 bad command line, 3 server unreachable.
+
+examples:
+""" + "\n".join(f"  {example}" for _, example in COMMANDS.values())
+
+
+def positive_int(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return number
+
+
+def positive_float(value: str) -> float:
+    number = float(value)
+    if number <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return number
+
+
+def add_common_flags(parser: argparse.ArgumentParser, with_defaults: bool) -> None:
+    """Connection and output flags; a sub-command's copy has no defaults: it overrides only what was typed."""
+
+    def default(value: Any) -> Any:
+        return value if with_defaults else argparse.SUPPRESS
+
+    parser.add_argument(
+        "--url",
+        default=default(None),
+        help="Triton address host:port (default: 127.0.0.1:8001 for grpc, 127.0.0.1:8000 for http)",
+    )
+    parser.add_argument(
+        "--protocol", choices=sorted(TRANSPORTS), default=default("grpc"), help="default: grpc"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=default(DEFAULT_TIMEOUT_S),
+        metavar="SECONDS",
+        help=f"per-request timeout (default: {DEFAULT_TIMEOUT_S:g})",
+    )
+    parser.add_argument(
+        "--attempts",
+        type=positive_int,
+        default=default(RetryPolicy().max_attempts),
+        help="tries per request while the server is overloaded or unreachable; 1 = no retries (default: 3)",
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=default(DEFAULT_BATCH_SIZE),
+        help=f"texts per request (default: {DEFAULT_BATCH_SIZE})",
+    )
+    parser.add_argument(
+        "--json", action="store_true", default=default(False), help="print one JSON object per text"
+    )
+
+
+def add_generation_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--beams",
+        "--num-beams",
+        dest="num_beams",
+        type=int,
+        metavar="N",
+        help="beam width 1..8 (server default: 4)",
+    )
+    parser.add_argument(
+        "--max-new-tokens",
+        dest="max_new_tokens",
+        type=int,
+        metavar="N",
+        help="cap on generated tokens (server default)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m clients",
+        description="Call the ropeserve Triton models: sentiment, translate, summarize.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_common_flags(parser, with_defaults=True)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (summary, example) in COMMANDS.items():
+        command = commands.add_parser(
+            name,
+            help=summary,
+            description=f"{summary[0].upper()}{summary[1:]}.",
+            epilog=f"example:\n  {example}",
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        command.add_argument(
+            "texts", nargs="+", metavar="TEXT", help='Chinese text; "-" reads lines from stdin'
+        )
+        if ENDPOINTS[name].int_options:
+            add_generation_flags(command)
+        add_common_flags(command, with_defaults=False)
+    return parser
+
+
+def read_texts(arguments: Sequence[str], stdin: TextIO) -> list[str]:
+    """The texts to send: arguments as given, with "-" replaced by stdin's non-empty lines (read once)."""
+    texts: list[str] = []
+    for argument in arguments:
+        if argument == "-":
+            texts.extend(line.rstrip("\r\n") for line in stdin if line.strip())
+        else:
+            texts.append(argument)
+    return texts
+
+
+def generation_options(task: str, args: argparse.Namespace) -> dict[str, int | None]:
+    """The keyword arguments of `task`'s client method that the command line set (names match the SDK's)."""
+    return {keyword: getattr(args, keyword, None) for keyword in ENDPOINTS[task].int_options}
+
+
+def chunks(texts: Sequence[str], size: int) -> Iterator[Sequence[str]]:
+    for start in range(0, len(texts), size):
+        yield texts[start : start + size]
+
+
+def run_task(
+    client: Any, task: str, texts: Sequence[str], options: dict[str, int | None], batch_size: int
+) -> Iterator[tuple[str, Any]]:
+    """(text, result) pairs, one request per `batch_size` texts, yielded as each request completes."""
+    call = getattr(client, task)
+    for batch in chunks(texts, batch_size):
+        yield from zip(batch, call(list(batch), **options), strict=True)
+
+
+def one_line(text: str) -> str:
+    """Keep the one-line-per-text promise even when a text or an answer contains line breaks."""
+    return " ".join(text.splitlines())
+
+
+def format_result(task: str, text: str, result: Any, as_json: bool) -> str:
+    """One output line: tab-separated for people and `cut`, or (--json) a JSON object, UTF-8 unescaped."""
+    if isinstance(result, Sentiment):
+        if as_json:
+            return json.dumps({"text": text, **asdict(result)}, ensure_ascii=False)
+        return f"{result.label}\t{result.score:.4f}\t{one_line(text)}"
+    if as_json:
+        return json.dumps({"text": text, ENDPOINTS[task].outputs[0].lower(): result}, ensure_ascii=False)
+    return one_line(result)
+
+
+def format_results(task: str, pairs: Iterable[tuple[str, Any]], as_json: bool) -> Iterator[str]:
+    for text, result in pairs:
+        yield format_result(task, text, result, as_json)
+
+
+def one_line_error(error: ClientError, task: str, url: str) -> tuple[str, int]:
+    """The message and exit code for a failed call; server messages can span lines, ours never do."""
+    if isinstance(error, ServerUnreachable):
+        return f"error: cannot reach Triton at {url} — is `make serve` running?", EXIT_UNREACHABLE
+    return f"error: {task} failed: {' '.join(str(error).split())}", EXIT_REQUEST_FAILED
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `ropeserve` / `python -m clients`; returns the exit code (argparse exits itself)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    texts = read_texts(args.texts, sys.stdin)
+    if not texts:
+        parser.error("no texts to send (stdin was empty)")
+    retry = RetryPolicy(max_attempts=args.attempts)
+    client = Client(args.url, args.protocol, args.timeout, retry)
+    try:
+        pairs = run_task(client, args.command, texts, generation_options(args.command, args), args.batch_size)
+        for line in format_results(args.command, pairs, args.json):
+            print(line, flush=True)
+    except ClientError as error:
+        message, code = one_line_error(error, args.command, client.url)
+        print(message, file=sys.stderr)
+        return code
+    except (TypeError, ValueError) as error:  # what the SDK refuses before sending, e.g. --beams 99999999999
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:
+        # The reader (e.g. `| head`) left early; that is not our failure. Silence the flush at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+    finally:
+        client.close()
+    return EXIT_OK

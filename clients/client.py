@@ -1,0 +1,245 @@
+"""Blocking and asyncio clients for the `sentiment`, `translate` and `summarize` Triton models.
+
+    from clients import Client
+
+    with Client() as client:  # gRPC on 127.0.0.1:8001; Client(protocol="http") for :8000
+        client.sentiment(["这部电影不差", "太难看了"])
+        # -> [Sentiment(label='positive', score=0.97), Sentiment(label='negative', score=0.99)]
+        client.translate("我爱你。", num_beams=4)  # -> ['I love you.']
+
+Conventions shared by both clients:
+
+- Every method takes one `str` or a sequence of them and always returns a list, one result per text, in
+  input order: a lone str is simply a batch of one. One call is one Triton request, so a batch may not exceed
+  the model's ``max_batch_size`` (32 or more for sentiment); split bigger inputs yourself.
+- `max_new_tokens` / `num_beams` left as None are not sent, so the server's defaults apply (4 beams).
+- Failures raise `ClientError` (`ServerUnreachable` when nothing answers). Overload and unreachable servers
+  are retried per `RetryPolicy` (3 attempts by default; pass ``retry=None`` to turn that off), because all
+  three endpoints are idempotent.
+- `timeout_s` bounds each attempt, not the whole call with its retries.
+- A gRPC `Client` may be shared between threads; an HTTP `Client` holds a single connection: use one per
+  thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Self, TypeVar
+
+from .endpoints import (
+    ENDPOINTS,
+    SENTIMENT,
+    SUMMARIZE,
+    TRANSLATE,
+    Endpoint,
+    Sentiment,
+    build_inputs,
+    normalize_texts,
+)
+from .errors import ClientError, translated_errors
+from .retry import RetryPolicy, call_with_retry, call_with_retry_async
+from .transport import DEFAULT_TIMEOUT_S, normalize_url, transport_for
+
+T = TypeVar("T")
+
+DEFAULT_RETRY = RetryPolicy()
+Texts = str | Sequence[str]
+
+
+@dataclass(frozen=True)
+class _Request:
+    """Everything one infer() call sends, built once and reused by every retry."""
+
+    model: str
+    inputs: list[Any]
+    outputs: list[Any]
+    rows: int
+
+
+def _generation_options(max_new_tokens: int | None, num_beams: int | None) -> dict[str, int | None]:
+    return {"max_new_tokens": max_new_tokens, "num_beams": num_beams}
+
+
+class _ClientBase:
+    """Settings and request building shared by both clients, which differ only in transport."""
+
+    _asynchronous: bool
+
+    def __init__(
+        self,
+        url: str | None,
+        protocol: str,
+        timeout_s: float,
+        retry: RetryPolicy | None,
+    ) -> None:
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        self.transport = transport_for(protocol)
+        self.protocol = self.transport.name
+        self.url = normalize_url(url, self.transport)
+        self.timeout_s = float(timeout_s)
+        self.retry = RetryPolicy.disabled() if retry is None else retry
+        self._call_kwargs = self.transport.call_kwargs(self.timeout_s)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(url={self.url!r}, protocol={self.protocol!r}, timeout_s={self.timeout_s})"
+        )
+
+    def _prepare(self, endpoint: Endpoint[Any], texts: Texts, options: Mapping[str, int | None]) -> _Request:
+        batch = normalize_texts(texts)
+        module = self.transport.module(self._asynchronous)
+        return _Request(
+            model=endpoint.model,
+            inputs=build_inputs(endpoint, batch, options, module.InferInput),
+            outputs=[module.InferRequestedOutput(name) for name in endpoint.outputs],
+            rows=len(batch),
+        )
+
+    def _errors(self) -> AbstractContextManager[None]:
+        return translated_errors(self.url, self.timeout_s)
+
+
+def _model_for(task: str) -> str:
+    try:
+        return ENDPOINTS[task].model
+    except KeyError:
+        raise ValueError(f"task must be one of {', '.join(ENDPOINTS)}, got {task!r}") from None
+
+
+class Client(_ClientBase):
+    """Blocking client (conventions in the module docstring). Use as a context manager or call close()."""
+
+    _asynchronous = False
+
+    def __init__(
+        self,
+        url: str | None = None,
+        protocol: str = "grpc",
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        retry: RetryPolicy | None = DEFAULT_RETRY,
+    ) -> None:
+        super().__init__(url, protocol, timeout_s, retry)
+        self._triton = self.transport.open(self.url, self.timeout_s, asynchronous=False)
+
+    def sentiment(self, texts: Texts) -> list[Sentiment]:
+        """Positive/negative verdict with its probability, one per text."""
+        return self._infer(SENTIMENT, texts, {})
+
+    def translate(
+        self, texts: Texts, max_new_tokens: int | None = None, num_beams: int | None = None
+    ) -> list[str]:
+        """Chinese → English, one translation per text."""
+        return self._infer(TRANSLATE, texts, _generation_options(max_new_tokens, num_beams))
+
+    def summarize(
+        self, texts: Texts, max_new_tokens: int | None = None, num_beams: int | None = None
+    ) -> list[str]:
+        """Chinese text → one-line Chinese headline, one per text."""
+        return self._infer(SUMMARIZE, texts, _generation_options(max_new_tokens, num_beams))
+
+    def is_ready(self, task: str | None = None) -> bool:
+        """Whether the server (and `task`'s model, if named) can take requests; False rather than raise."""
+        model = None if task is None else _model_for(task)
+        try:
+            with self._errors():
+                if model is None:
+                    return bool(self._triton.is_server_ready(**self._call_kwargs))
+                return bool(self._triton.is_model_ready(model, **self._call_kwargs))
+        except ClientError:
+            return False
+
+    def close(self) -> None:
+        self._triton.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _infer(self, endpoint: Endpoint[T], texts: Texts, options: Mapping[str, int | None]) -> list[T]:
+        request = self._prepare(endpoint, texts, options)
+
+        def attempt() -> Any:
+            with self._errors():
+                return self._triton.infer(
+                    request.model, request.inputs, outputs=request.outputs, **self._call_kwargs
+                )
+
+        return endpoint.decode(call_with_retry(attempt, self.retry), request.rows)
+
+
+class AsyncClient(_ClientBase):
+    """asyncio client with the same methods as `Client`, as coroutines. Use ``async with`` or await close().
+
+    The underlying connection is opened on first use, inside the running event loop it will serve.
+    """
+
+    _asynchronous = True
+
+    def __init__(
+        self,
+        url: str | None = None,
+        protocol: str = "grpc",
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        retry: RetryPolicy | None = DEFAULT_RETRY,
+    ) -> None:
+        super().__init__(url, protocol, timeout_s, retry)
+        self._opened: Any = None
+
+    async def sentiment(self, texts: Texts) -> list[Sentiment]:
+        """Positive/negative verdict with its probability, one per text."""
+        return await self._infer(SENTIMENT, texts, {})
+
+    async def translate(
+        self, texts: Texts, max_new_tokens: int | None = None, num_beams: int | None = None
+    ) -> list[str]:
+        """Chinese → English, one translation per text."""
+        return await self._infer(TRANSLATE, texts, _generation_options(max_new_tokens, num_beams))
+
+    async def summarize(
+        self, texts: Texts, max_new_tokens: int | None = None, num_beams: int | None = None
+    ) -> list[str]:
+        """Chinese text → one-line Chinese headline, one per text."""
+        return await self._infer(SUMMARIZE, texts, _generation_options(max_new_tokens, num_beams))
+
+    async def is_ready(self, task: str | None = None) -> bool:
+        """Whether the server (and `task`'s model, if named) can take requests; False rather than raise."""
+        model = None if task is None else _model_for(task)
+        try:
+            with self._errors():
+                if model is None:
+                    return bool(await self._triton().is_server_ready(**self._call_kwargs))
+                return bool(await self._triton().is_model_ready(model, **self._call_kwargs))
+        except ClientError:
+            return False
+
+    async def close(self) -> None:
+        if self._opened is not None:
+            opened, self._opened = self._opened, None
+            await opened.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def _triton(self) -> Any:
+        if self._opened is None:
+            self._opened = self.transport.open(self.url, self.timeout_s, asynchronous=True)
+        return self._opened
+
+    async def _infer(self, endpoint: Endpoint[T], texts: Texts, options: Mapping[str, int | None]) -> list[T]:
+        request = self._prepare(endpoint, texts, options)
+
+        async def attempt() -> Any:
+            with self._errors():
+                return await self._triton().infer(
+                    request.model, request.inputs, outputs=request.outputs, **self._call_kwargs
+                )
+
+        return endpoint.decode(await call_with_retry_async(attempt, self.retry), request.rows)
