@@ -86,3 +86,64 @@ def seeded_split(
     for item in items:
         parts[split_of(normalize_key(key(item)), seed, fractions)].append(item)
     return parts
+
+
+@dataclass(frozen=True)
+class Pair:
+    source: str
+    target: str
+
+
+def read_translation(data_dir: Path = DEFAULT_DATA_DIR) -> tuple[list[Pair], list[Pair]]:
+    """(train+dev pairs from Tatoeba cmn.txt, test pairs from tatoeba_test_zh_en.tsv), zh → en.
+
+    The test file shares no sentence with cmn.txt (checked by its provider); we also drop any
+    training pair whose Chinese side equals a test sentence, to be sure.
+    """
+    root = Path(data_dir) / "translation"
+    test = []
+    with open(root / "tatoeba_test_zh_en.tsv", encoding="utf-8") as f:
+        next(f)  # header zh<TAB>en
+        for line in f:
+            zh, en = line.rstrip("\n").split("\t")[:2]
+            test.append(Pair(zh.strip(), en.strip()))
+    test_keys = {normalize_key(p.source) for p in test}
+    pairs, seen = [], set()
+    with open(root / "tatoeba_cmn_eng" / "cmn.txt", encoding="utf-8-sig") as f:
+        for line in f:
+            cols = line.rstrip("\n").split("\t")
+            if len(cols) < 2 or not cols[0].strip() or not cols[1].strip():
+                continue
+            pair = Pair(cols[1].strip(), cols[0].strip())
+            key = (normalize_key(pair.source), normalize_key(pair.target))
+            if key in seen or key[0] in test_keys:
+                continue
+            seen.add(key)
+            pairs.append(pair)
+    return pairs, test
+
+
+def read_summarization(data_dir: Path = DEFAULT_DATA_DIR) -> tuple[list[Pair], list[Pair]]:
+    """(train+dev pairs from LCSTS train, test pairs from LCSTS val minus texts seen in train).
+
+    Files are `summary<TAB>text`; a Pair holds (text, summary).
+    """
+    root = Path(data_dir) / "summarization" / "clge_lcsts_csl"
+
+    def read(name: str) -> list[Pair]:
+        out = []
+        with open(root / name, encoding="utf-8") as f:
+            for line in f:
+                cols = line.rstrip("\n").split("\t")
+                if len(cols) >= 2 and cols[0].strip() and cols[1].strip():
+                    out.append(Pair(cols[1].strip(), cols[0].strip()))
+        return out
+
+    train, seen = [], set()
+    for pair in read("lcsts_train.tsv"):
+        key = normalize_key(pair.source)
+        if key not in seen:
+            seen.add(key)
+            train.append(pair)
+    test = [p for p in read("lcsts_val.tsv") if normalize_key(p.source) not in seen]
+    return train, test

@@ -9,6 +9,7 @@ them becomes empty, which the serving layer reports as an error.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
@@ -18,13 +19,19 @@ SPECIAL_TOKENS = [PAD, UNK, BOS, EOS]  # ids 0..3, the same in every tokenizer o
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = range(4)
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int, min_frequency: int = 2) -> Tokenizer:
-    """WordPiece over BERT-normalized text (CJK characters isolated, lower-cased, controls removed)."""
+def train_tokenizer(texts: Iterable[str], vocab_size: int, min_frequency: int = 2, lowercase: bool = True) -> Tokenizer:
+    """WordPiece over BERT-normalized text (CJK characters isolated, controls removed).
+
+    Inputs are lower-cased (fewer rare tokens); an English target keeps its case so that
+    translations come out properly cased.
+    """
     tok = Tokenizer(models.WordPiece(unk_token=UNK, max_input_chars_per_word=100))
     tok.normalizer = normalizers.Sequence(
         [
             normalizers.NFKC(),
-            normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=False, lowercase=True),
+            normalizers.BertNormalizer(
+                clean_text=True, handle_chinese_chars=True, strip_accents=False, lowercase=lowercase
+            ),
         ]
     )
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
@@ -38,3 +45,23 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, min_frequency: int = 
 
 def load_tokenizer(path: str) -> Tokenizer:
     return Tokenizer.from_file(str(path))
+
+
+_APOSTROPHE = re.compile(r"(\w) ' (\w)")  # "Don ' t" → "Don't"
+
+
+def _is_cjk(ch: str) -> bool:
+    cp = ord(ch)
+    return 0x3000 <= cp <= 0x9FFF or 0xF900 <= cp <= 0xFAFF or 0xFF00 <= cp <= 0xFFEF or 0x20000 <= cp <= 0x2FA1F
+
+
+def detokenize(tokenizer: Tokenizer, ids: list[int]) -> str:
+    """Token ids → text. The WordPiece decoder joins tokens with spaces; Chinese has none, so
+    spaces touching a CJK character or full-width punctuation are removed."""
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    out = []
+    for i, ch in enumerate(text):
+        if ch == " " and 0 < i < len(text) - 1 and (_is_cjk(text[i - 1]) or _is_cjk(text[i + 1])):
+            continue
+        out.append(ch)
+    return _APOSTROPHE.sub(r"\1'\2", "".join(out))

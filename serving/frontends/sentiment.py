@@ -35,4 +35,3 @@ class SentimentFront(FrontModel):
         batch = self.tokenizer.encode(texts)
         logits = self.bls(ENCODER, {"input_ids": batch.ids, "attention_mask": batch.mask}, ["logits"])["logits"]
         return label_and_score(logits, self.labels)
-

@@ -1,0 +1,142 @@
+"""``python -m serving``: run the model repository on the embedded Triton server in the foreground.
+
+This is what ``make serve`` calls once the repository is built. It streams the server log, prints one
+``ropeserve: Triton ready ...`` line with the addresses, and on Ctrl-C or SIGTERM stops cleanly (no process
+and no shared-memory segment left). A second Ctrl-C kills the server at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from .embedded import EmbeddedTriton, ServerError, ServerOptions
+from .repository import find_problems
+
+ENV_PREFIX = "ROPESERVE_"
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(ENV_PREFIX + name, default)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m serving",
+        description=(
+            "Serve a Triton model repository (sentiment, translate, summarize) on the tritonserver 2.51 "
+            "embedded in the nvidia-pytriton wheel. ONNX models run on ONNX Runtime (CPU) through the "
+            "project's Python-based onnxruntime backend; front models run on the Python backend. "
+            "Every option can also be set from the environment variable shown."
+        ),
+        epilog="Stop with Ctrl-C or SIGTERM (drains in-flight requests); Ctrl-C twice kills at once.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--model-repository",
+        type=Path,
+        default=_env("MODEL_REPOSITORY", "model_repository"),
+        help="model repository directory [ROPESERVE_MODEL_REPOSITORY]",
+    )
+    parser.add_argument("--host", default=_env("HOST", "127.0.0.1"), help="address to bind [ROPESERVE_HOST]")
+    for name, port in (("http", 8000), ("grpc", 8001), ("metrics", 8002)):
+        parser.add_argument(
+            f"--{name}-port",
+            type=int,
+            default=_env(f"{name.upper()}_PORT", str(port)),
+            help=f"{name} port [ROPESERVE_{name.upper()}_PORT]",
+        )
+    parser.add_argument(
+        "--models",
+        default=_env("MODELS", ""),
+        help="comma-separated models to load (explicit model control); empty loads all [ROPESERVE_MODELS]",
+    )
+    parser.add_argument(
+        "--model-config-name",
+        default=_env("MODEL_CONFIG_NAME", "cpu"),
+        help="use <model>/configs/<name>.pbtxt where present, else config.pbtxt; 'none' for config.pbtxt "
+        "only [ROPESERVE_MODEL_CONFIG_NAME]",
+    )
+    parser.add_argument(
+        "--exit-timeout",
+        type=int,
+        default=_env("EXIT_TIMEOUT", "30"),
+        help="seconds to drain in-flight requests on stop [ROPESERVE_EXIT_TIMEOUT]",
+    )
+    parser.add_argument(
+        "--log-verbose",
+        type=int,
+        default=_env("LOG_VERBOSE", "0"),
+        help="Triton verbose log level, 0 = off [ROPESERVE_LOG_VERBOSE]",
+    )
+    return parser
+
+
+def options_from_args(args: argparse.Namespace) -> ServerOptions:
+    models = [m.strip() for m in args.models.split(",") if m.strip()] or None
+    config_name = None if args.model_config_name.lower() in ("", "none") else args.model_config_name
+    return ServerOptions(
+        model_repository=args.model_repository,
+        host=args.host,
+        http_port=args.http_port,
+        grpc_port=args.grpc_port,
+        metrics_port=args.metrics_port,
+        models=models,
+        model_config_name=config_name,
+        exit_timeout_s=args.exit_timeout,
+        log_verbose=args.log_verbose,
+        stream_log=True,
+    )
+
+
+def ready_line(server: EmbeddedTriton) -> str:
+    addresses = f"HTTP {server.http_url}  gRPC {server.grpc_url}  metrics {server.metrics_url}"
+    return f"ropeserve: Triton ready  {addresses}"
+
+
+def _say(message: str) -> None:
+    print(f"ropeserve: {message}", file=sys.stderr, flush=True)
+
+
+def run(options: ServerOptions) -> int:
+    """Serve until interrupted. Exit codes: 0 stopped on request, 1 server failed, 2 repository unusable."""
+    problems = find_problems(Path(options.model_repository), options.models, options.model_config_name)
+    if problems:
+        _say("cannot serve the model repository:\n  " + "\n  ".join(problems))
+        return 2
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM takes the Ctrl-C path below
+    server = EmbeddedTriton(options)
+    try:
+        server.start()
+        print(ready_line(server), flush=True)
+        while server.is_alive:
+            time.sleep(0.5)
+        _say(f"tritonserver exited on its own with code {server.returncode}")
+        return 1
+    except ServerError as exc:
+        _say(str(exc))
+        return 1
+    except KeyboardInterrupt:
+        _say(f"stopping (draining up to {options.exit_timeout_s} s; Ctrl-C again to kill now)")
+        try:
+            code = server.stop()
+            _say(f"stopped (tritonserver exit code {code})")
+        except KeyboardInterrupt:
+            server.kill()
+            _say("killed")
+        return 0
+    finally:
+        server.kill()  # no-op after a clean stop; otherwise nothing may outlive us
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(options_from_args(build_parser().parse_args(argv)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

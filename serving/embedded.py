@@ -1,0 +1,463 @@
+"""Start, watch and stop the embedded Triton server: the one way the CLI, tests and benchmarks run it.
+
+``tritonserver`` comes from the ``nvidia-pytriton`` wheel (:mod:`serving.wheel`); ONNX models run in our
+Python-based onnxruntime backend (:mod:`serving.backend_dir`). The launcher's promises:
+
+- a port that is already taken, a missing ``model.onnx`` or a model that fails to load is reported as one
+  clear error (with the tail of the server log), not a hang;
+- :meth:`EmbeddedTriton.stop` leaves nothing behind: the server runs in its own process group with its
+  Python-backend stubs, stragglers get SIGKILL, and the ``/dev/shm`` segments named with this server's
+  unique prefix are removed. The same clean-up runs when the object is garbage-collected or at exit.
+
+Usage::
+
+    with EmbeddedTriton(ServerOptions(model_repository=Path("model_repository"))) as server:
+        client = tritonclient.grpc.InferenceServerClient(server.grpc_url)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import errno
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from .backend_dir import build_backend_directory
+from .repository import require_servable
+from .wheel import TritonWheel, warn_if_numpy_2
+
+CONTROL_KEY_HEADER = "ropeserve-control-key"
+# Triton 2.51 checks restricted gRPC protocols against this prefixed metadata key (the HTTP header has none).
+GRPC_CONTROL_KEY_HEADER = f"triton-grpc-protocol-{CONTROL_KEY_HEADER}"
+SHM_ROOT = Path("/dev/shm")
+
+
+class ServerError(RuntimeError):
+    """The embedded server could not be started or did not become ready."""
+
+
+class PortInUseError(ServerError):
+    """One of the server's ports is taken; the message names it."""
+
+
+@dataclass
+class ServerOptions:
+    """How to run ``tritonserver``. Defaults bind loopback on Triton's usual ports.
+
+    ``models``: ``None`` loads every model in the repository (model-control mode ``none``); a list loads just
+    those (mode ``explicit``). ``allow_model_control`` opens the load/unload API in explicit mode, guarded by
+    ``control_key`` (see :meth:`EmbeddedTriton.control_headers`); without it, explicit mode still locks that
+    API with a random key, so nobody can load or unload models over the network.
+
+    ``die_with_parent``: the server gets SIGTERM if this process dies without cleaning up (e.g. SIGKILL).
+    Linux ties that signal to the *thread* that started the server, so it applies only when starting from the
+    main thread (measured: a server started from a worker thread was told to stop as that thread ended).
+    """
+
+    model_repository: Path = Path("model_repository")
+    host: str = "127.0.0.1"
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    model_config_name: str | None = "cpu"
+    models: list[str] | None = None
+    allow_model_control: bool = False
+    control_key: str | None = None
+    exit_timeout_s: int = 30
+    ready_timeout_s: float = 120.0
+    log_verbose: int = 0
+    stream_log: bool = False
+    log_file: Path | None = None
+    die_with_parent: bool = True
+    env: dict[str, str] = field(default_factory=dict)
+    extra_args: list[str] = field(default_factory=list)
+
+    def ports(self) -> dict[str, int]:
+        return {"http": self.http_port, "grpc": self.grpc_port, "metrics": self.metrics_port}
+
+    def command_args(self, backend_dir: Path, cache_dir: Path, shm_prefix: str, control_key: str) -> list[str]:
+        """The ``tritonserver`` flags (no binary). Pure, so tests can read what would run."""
+        args = [
+            f"--model-repository={Path(self.model_repository).resolve()}",
+            f"--backend-directory={backend_dir}",
+            f"--cache-directory={cache_dir}",
+            f"--http-address={self.host}",
+            f"--grpc-address={self.host}",
+            f"--metrics-address={self.host}",
+            f"--http-port={self.http_port}",
+            f"--grpc-port={self.grpc_port}",
+            f"--metrics-port={self.metrics_port}",
+            "--allow-metrics=true",
+            "--allow-gpu-metrics=false",
+            "--metrics-config=summary_latencies=true",
+            "--exit-on-error=false",
+            "--strict-readiness=true",
+            f"--exit-timeout-secs={self.exit_timeout_s}",
+            f"--log-verbose={self.log_verbose}",
+            f"--backend-config=python,shm-region-prefix-name={shm_prefix}",
+        ]
+        if self.model_config_name:
+            args.append(f"--model-config-name={self.model_config_name}")
+        if self.models is not None or self.allow_model_control:
+            args.append("--model-control-mode=explicit")
+            args += [f"--load-model={name}" for name in (self.models if self.models is not None else ["*"])]
+            args += [
+                f"--http-restricted-api=model-repository:{CONTROL_KEY_HEADER}={control_key}",
+                f"--grpc-restricted-protocol=model-repository:{CONTROL_KEY_HEADER}={control_key}",
+            ]
+        return args + list(self.extra_args)
+
+
+def free_ports(count: int = 3, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct ports that are free right now (held open together so they differ)."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(count)]
+        for sock in sockets:
+            sock.bind((host, 0))
+        return [sock.getsockname()[1] for sock in sockets]
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """True when ``host:port`` cannot be bound. SO_REUSEADDR, as servers use it: TIME_WAIT is no conflict."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return True
+            raise ServerError(f"cannot bind {host}:{port}: {exc}") from exc
+    return False
+
+
+def _url_host(host: str) -> str:
+    """Where a client on this machine reaches a server bound to ``host``."""
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
+
+
+def process_group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes in process group ``pgid``, from /proc. The server's pgid is its pid."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()  # after "pid (comm) ": state ppid pgrp ...
+        if int(fields[2]) == pgid and fields[0] != b"Z":
+            members.append(int(entry))
+    return members
+
+
+def _set_parent_death_signal() -> None:  # runs in the child between fork and exec
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _remove_shm(prefix: str) -> None:
+    for segment in SHM_ROOT.glob(f"{prefix}*"):
+        with contextlib.suppress(FileNotFoundError):
+            segment.unlink()
+
+
+def _read_tail(path: Path, max_lines: int, max_bytes: int = 256_000) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - max_bytes))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-max_lines:])
+
+
+@dataclass
+class _Running:
+    """What clean-up needs, kept apart from :class:`EmbeddedTriton` so a finalizer can hold it."""
+
+    process: subprocess.Popen
+    workdir: Path
+    log_path: Path
+    log_handle: IO[bytes]
+    shm_prefix: str
+    exit_timeout_s: int
+    tee: threading.Thread | None = None
+    final_log_tail: str = ""
+    returncode: int | None = None
+    cleaned: bool = False
+
+
+def _shutdown(running: _Running, graceful: bool = True) -> None:
+    """SIGTERM and wait for the drain (if ``graceful``), SIGKILL what is left of the process group, then
+    remove the shm segments and the work dir. Idempotent; safe to call again after being interrupted."""
+    if running.cleaned:
+        return
+    process = running.process
+    if graceful and process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=running.exit_timeout_s + 5)
+    deadline = time.monotonic() + 5
+    while members := process_group_members(process.pid):  # stubs outliving the server, or a hung server
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        if time.monotonic() > deadline:
+            print(f"ropeserve: processes {members} of the server's group survived SIGKILL", file=sys.stderr)
+            break
+        time.sleep(0.05)
+    running.returncode = process.wait()
+    if running.tee is not None:
+        running.tee.join(timeout=5)
+    running.log_handle.close()
+    _remove_shm(running.shm_prefix)
+    running.final_log_tail = _read_tail(running.log_path, 200)
+    shutil.rmtree(running.workdir, ignore_errors=True)
+    running.cleaned = True
+
+
+def _tee(source: IO[bytes], sink: IO[bytes]) -> None:
+    """Copy the server's output to its log file and to our stdout (``stream_log``)."""
+    for line in iter(source.readline, b""):
+        sink.write(line)
+        sink.flush()
+        with contextlib.suppress(ValueError, OSError):
+            sys.stdout.write(line.decode("utf-8", errors="replace"))
+            sys.stdout.flush()
+    source.close()
+
+
+class EmbeddedTriton:
+    """One ``tritonserver`` process. A context manager: ``__enter__`` starts it and waits until ready.
+
+    ``ServerOptions`` fields may also be given as keyword overrides: ``EmbeddedTriton(opts, http_port=9000)``.
+    """
+
+    def __init__(self, options: ServerOptions | None = None, **overrides) -> None:
+        base = options or ServerOptions()
+        self.options = dataclasses.replace(base, **overrides)
+        self.control_key = self.options.control_key or secrets.token_urlsafe(24)
+        self.shm_prefix = f"ropeserve{os.getpid()}x{secrets.token_hex(4)}_"
+        self._running: _Running | None = None
+
+    # ----- addresses ---------------------------------------------------------------------------------
+    @property
+    def http_url(self) -> str:
+        return f"http://{_url_host(self.options.host)}:{self.options.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        """``host:port`` as ``tritonclient.grpc`` wants it."""
+        return f"{_url_host(self.options.host)}:{self.options.grpc_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{_url_host(self.options.host)}:{self.options.metrics_port}/metrics"
+
+    @property
+    def http_address(self) -> str:
+        """``host:port`` as ``tritonclient.http`` wants it."""
+        return self.http_url.removeprefix("http://")
+
+    def control_headers(self, protocol: str = "http") -> dict[str, str]:
+        """Headers that unlock the model-repository API (load/unload/index) in explicit mode."""
+        header = GRPC_CONTROL_KEY_HEADER if protocol == "grpc" else CONTROL_KEY_HEADER
+        return {header: self.control_key}
+
+    # ----- state -------------------------------------------------------------------------------------
+    @property
+    def pid(self) -> int | None:
+        return self._running.process.pid if self._running else None
+
+    @property
+    def is_alive(self) -> bool:
+        return self._running is not None and self._running.process.poll() is None
+
+    @property
+    def returncode(self) -> int | None:
+        if self._running is None:
+            return None
+        return self._running.returncode if self._running.returncode is not None else self._running.process.poll()
+
+    @property
+    def log_path(self) -> Path | None:
+        """The server's stdout+stderr, stubs included. Removed at stop unless ``log_file`` was given."""
+        return self._running.log_path if self._running else None
+
+    def log_tail(self, max_lines: int = 60) -> str:
+        """The last lines of the server log, also after :meth:`stop`."""
+        if self._running is None:
+            return ""
+        live = _read_tail(self._running.log_path, max_lines)
+        return live or "\n".join(self._running.final_log_tail.splitlines()[-max_lines:])
+
+    # ----- lifecycle ---------------------------------------------------------------------------------
+    def start(self, wait: bool = True) -> EmbeddedTriton:
+        """Spawn the server and, unless ``wait`` is false, wait until it is ready (stopping it on failure)."""
+        if self._running is not None:
+            raise ServerError("this EmbeddedTriton was already started; create a new one")
+        opts = self.options
+        ports = opts.ports()
+        if len(set(ports.values())) != len(ports):
+            raise ServerError(f"the http, grpc and metrics ports must differ, got {ports}")
+        for name, port in ports.items():
+            if port_in_use(opts.host, port):
+                raise PortInUseError(
+                    f"{name} port {port} on {opts.host} is already in use (another tritonserver?); "
+                    f"choose another with --{name}-port or ROPESERVE_{name.upper()}_PORT"
+                )
+        require_servable(Path(opts.model_repository), opts.models, opts.model_config_name)
+        warn_if_numpy_2()
+
+        wheel = TritonWheel.locate()
+        workdir = Path(tempfile.mkdtemp(prefix="ropeserve-triton-"))
+        log_handle: IO[bytes] | None = None
+        try:
+            backend_dir = build_backend_directory(workdir / "backends", wheel)
+            log_path = Path(opts.log_file) if opts.log_file else workdir / "tritonserver.log"
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            log_handle = open(log_path, "wb")  # closed by _shutdown
+            command = [
+                str(wheel.binary),
+                *opts.command_args(backend_dir, wheel.caches, self.shm_prefix, self.control_key),
+            ]
+            process = subprocess.Popen(
+                command,
+                cwd=workdir,
+                env={**wheel.environment(), **opts.env},
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE if opts.stream_log else log_handle,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # own process group: stop() can reach the stubs too
+                preexec_fn=_set_parent_death_signal if self._die_with_parent() else None,
+            )
+        except BaseException:
+            if log_handle is not None:
+                log_handle.close()
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise
+        running = _Running(process, workdir, log_path, log_handle, self.shm_prefix, opts.exit_timeout_s)
+        if opts.stream_log:
+            running.tee = threading.Thread(
+                target=_tee, args=(process.stdout, log_handle), name="tritonserver-log", daemon=True
+            )
+            running.tee.start()
+        self._running = running
+        weakref.finalize(self, _shutdown, running)  # at garbage collection or interpreter exit
+        if wait:
+            try:
+                self.wait_ready()
+            except BaseException:
+                self.kill()  # nothing to drain yet; a graceful stop would only cost seconds
+                raise
+        return self
+
+    def _die_with_parent(self) -> bool:
+        return self.options.die_with_parent and threading.current_thread() is threading.main_thread()
+
+    def wait_ready(self, timeout_s: float | None = None) -> EmbeddedTriton:
+        """Poll ``/v2/health/ready`` until 200. Raise :class:`ServerError` with the log tail otherwise.
+
+        Triton opens its HTTP port only after the startup model loads have finished, so an HTTP answer
+        other than 200 means some model failed to load: that is reported at once instead of at timeout.
+        """
+        if self._running is None:
+            raise ServerError("start() the server first")
+        url = f"{self.http_url}/v2/health/ready"
+        timeout_s = self.options.ready_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout_s
+        answered_not_ready_at: float | None = None
+        while True:
+            code = self._running.process.poll()
+            if code is not None:
+                raise ServerError(f"tritonserver exited with code {code} before it was ready.\n{self._log_excerpt()}")
+            status = _http_status(url)
+            if status == 200:
+                return self
+            now = time.monotonic()
+            if status is not None:
+                answered_not_ready_at = answered_not_ready_at or now
+                if now - answered_not_ready_at > 1.0:
+                    raise ServerError(
+                        "tritonserver is up but not ready: some models failed to load.\n" + self._log_excerpt()
+                    )
+            if now > deadline:
+                raise ServerError(f"tritonserver was not ready after {timeout_s:.0f} s.\n{self._log_excerpt()}")
+            time.sleep(0.1)
+
+    def stop(self) -> int | None:
+        """Stop gracefully and clean up (idempotent). Returns the server's exit code.
+
+        Triton first waits, up to ``exit_timeout_s``, for open HTTP connections to close (an idle
+        ``tritonclient.http`` client counts: close it first), then unloads the models; past the timeout it
+        exits with code 1. Interrupting this (a second Ctrl-C) is safe: call :meth:`kill` then.
+        """
+        if self._running is not None:
+            _shutdown(self._running, graceful=True)
+        return self.returncode
+
+    def kill(self) -> int | None:
+        """SIGKILL the server and its stubs at once, then clean up as :meth:`stop` does."""
+        if self._running is not None:
+            _shutdown(self._running, graceful=False)
+        return self.returncode
+
+    def __enter__(self) -> EmbeddedTriton:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def _log_excerpt(self, max_lines: int = 40) -> str:
+        """Lines saying why models failed to load, then the log tail."""
+        tail = self.log_tail(400).splitlines()
+        reasons = [line for line in tail if "failed to load" in line or "UNAVAILABLE" in line]
+        parts = [*reasons[-10:], "--- last lines of the tritonserver log ---", *tail[-max_lines:]]
+        return "\n".join(parts)
+
+
+def _http_status(url: str) -> int | None:
+    """HTTP status of a GET, or None when nothing answers."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except (urllib.error.URLError, OSError):
+        return None
+
+
+__all__: Sequence[str] = (
+    "CONTROL_KEY_HEADER",
+    "GRPC_CONTROL_KEY_HEADER",
+    "EmbeddedTriton",
+    "PortInUseError",
+    "ServerError",
+    "ServerOptions",
+    "free_ports",
+    "port_in_use",
+    "process_group_members",
+)
