@@ -63,7 +63,9 @@ def build(checkpoints: Path, repository: Path, tasks: list[str] | None = None, f
         t0 = time.monotonic()
         print(f"{task}: exporting {folder} → ONNX ...", flush=True)
         paths = builder(folder, repository)
-        print(f"{task}: wrote {', '.join(str(p.relative_to(repository)) for p in paths)} in {time.monotonic() - t0:.1f}s")
+        print(
+            f"{task}: wrote {', '.join(str(p.relative_to(repository)) for p in paths)} in {time.monotonic() - t0:.1f}s"
+        )
         stamp[task] = fp
         built.append(task)
     stamp_path.write_text(json.dumps(stamp, indent=2) + "\n")

@@ -13,6 +13,11 @@ Eager PyTorch runs plain `F.scaled_dot_product_attention`. While exporting to ON
 forward emits ONNX Runtime's fused operators instead (`com.microsoft::RotaryEmbedding` and
 `com.microsoft::MultiHeadAttention`), so the exported graph holds one fused attention node per
 layer by construction; no pattern matching by an optimizer is needed.
+
+Two models are built from these pieces: `SentimentClassifier` (encoder + pooled head) and
+`Seq2Seq` (encoder + causal decoder with cross-attention and a KV cache, for translation and
+summarization). Keys and values are cached in the BNSH layout [B, H, T, Dh], the layout of
+MultiHeadAttention's past/present tensors and of ONNX Runtime's BeamSearch op.
 """
 
 from __future__ import annotations
@@ -39,10 +44,19 @@ class ModelConfig:
     rope_base: float = 10000.0
     pad_id: int = 0
     num_labels: int = 2
+    # Encoder-decoder fields; the defaults mean "encoder only" so sentiment configs load unchanged.
+    tgt_vocab_size: int = 0  # 0 → same vocabulary as the source
+    n_decoder_layers: int = 0
+    bos_id: int = 2  # decoder start token (the project's tokenizers: pad 0, unk 1, bos 2, eos 3)
+    eos_id: int = 3
 
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
+
+    @property
+    def target_vocab_size(self) -> int:
+        return self.tgt_vocab_size or self.vocab_size
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -83,7 +97,11 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, offset: int | Tensor = 0) ->
     computes with interleaved=0.
     """
     if torch.onnx.is_in_onnx_export():
-        position = torch.as_tensor(offset, dtype=torch.int64).reshape(1)
+        # torch.full keeps a symbolic offset (the KV-cache length) dynamic; as_tensor would freeze it.
+        if isinstance(offset, Tensor):
+            position = offset.reshape(1).to(torch.int64)
+        else:
+            position = torch.full((1,), offset, dtype=torch.int64)
         return torch.onnx.ops.symbolic(
             "com.microsoft::RotaryEmbedding",
             (x, position, cos, sin),
@@ -106,6 +124,21 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, offset: int | Tensor = 0) ->
 # ---------------------------------------------------------------------------------------------
 
 
+KV = tuple[Tensor, Tensor]  # (key, value), each [B, H, T, Dh]
+
+
+def split_heads(x: Tensor, n_heads: int) -> Tensor:
+    """[B, S, H*Dh] → [B, H, S, Dh] (BNSH, the KV-cache layout)."""
+    b, s, d = x.shape
+    return x.view(b, s, n_heads, d // n_heads).transpose(1, 2)
+
+
+def merge_heads(x: Tensor) -> Tensor:
+    """[B, H, S, Dh] → [B, S, H*Dh]."""
+    b, h, s, dh = x.shape
+    return x.transpose(1, 2).reshape(b, s, h * dh)
+
+
 def fused_attention(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor, n_heads: int, dropout: float) -> Tensor:
     """softmax(Q·Kᵀ/√d)·V over heads, ignoring padded keys.
 
@@ -121,15 +154,78 @@ def fused_attention(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor, n
             shape=q.shape,
             version=MS_DOMAIN_VERSION,
         )
-    b, s, d = q.shape
-    t = k.shape[1]
-    dh = d // n_heads
-    qh = q.view(b, s, n_heads, dh).transpose(1, 2)  # [B, H, S, Dh]
-    kh = k.view(b, t, n_heads, dh).transpose(1, 2)  # [B, H, T, Dh]
-    vh = v.view(b, t, n_heads, dh).transpose(1, 2)
+    qh, kh, vh = split_heads(q, n_heads), split_heads(k, n_heads), split_heads(v, n_heads)  # [B, H, ·, Dh]
     mask = key_padding_mask.bool()[:, None, None, :]  # [B, 1, 1, T], True = may attend
-    out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, dropout_p=dropout)
-    return out.transpose(1, 2).reshape(b, s, d)
+    return merge_heads(F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, dropout_p=dropout))
+
+
+MASK_FILTER_VALUE = -10000.0  # ORT's default for masked scores; finite, so fp16-safe
+
+
+def cross_attention(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor, n_heads: int, dropout: float) -> Tensor:
+    """Decoder queries over keys/values projected once from the encoder memory.
+
+    q: [B, T, D]; k, v: [B, H, S, Dh] (BNSH, BeamSearch's past_key_cross_i); key_padding_mask:
+    [B, S]. Returns [B, T, D]. In export this is one `com.microsoft::MultiHeadAttention` node whose
+    padding mask is an additive bias [B, H, T, S]: ORT 1.19's CPU kernel ignores key_padding_mask
+    when the query and key lengths differ (measured), the bias works in 1.19 and 1.31.
+    """
+    if torch.onnx.is_in_onnx_export():
+        b, t, _ = q.shape
+        padded = (key_padding_mask == 0).to(q.dtype)[:, None, None, :]  # [B, 1, 1, S]
+        bias = (padded * MASK_FILTER_VALUE).expand(b, n_heads, t, k.shape[2])  # 1.19 wants all four dims
+        return torch.onnx.ops.symbolic(
+            "com.microsoft::MultiHeadAttention",
+            (q, k, v, None, None, bias),
+            {"num_heads": n_heads},
+            dtype=q.dtype,
+            shape=q.shape,
+            version=MS_DOMAIN_VERSION,
+        )
+    mask = key_padding_mask.bool()[:, None, None, :]  # [B, 1, 1, S], True = may attend
+    out = F.scaled_dot_product_attention(split_heads(q, n_heads), k, v, attn_mask=mask, dropout_p=dropout)
+    return merge_heads(out)
+
+
+def causal_attention(
+    q: Tensor, k: Tensor, v: Tensor, past: KV | None, n_heads: int, dropout: float
+) -> tuple[Tensor, KV]:
+    """Causal self-attention over cached keys/values plus the new positions.
+
+    q, k, v: [B, T, D] for the T new positions (RoPE already applied at offset P = past length);
+    past: (key, value) [B, H, P, Dh] or None. Returns output [B, T, D] and the present (key, value)
+    [B, H, P+T, Dh]. Query i sits at position P+i and sees keys 0..P+i. In export this is one
+    `com.microsoft::MultiHeadAttention` node with past_key/past_value inputs and present outputs.
+    """
+    b, t, d = q.shape
+    dh = d // n_heads
+    if torch.onnx.is_in_onnx_export():
+        past_len = 0 if past is None else past[0].shape[2]
+        present_shape = (b, n_heads, past_len + t, dh)
+        inputs = (q, k, v) if past is None else (q, k, v, None, None, None, past[0], past[1])
+        # One new position (BeamSearch's decoding step) needs no mask; leaving `unidirectional` off
+        # then keeps the node runnable by kernels that lack it (e.g. ORT's WebGPU MHA).
+        one_step = isinstance(t, int) and t == 1
+        attrs = {"num_heads": n_heads} if one_step else {"num_heads": n_heads, "unidirectional": 1}
+        out, present_k, present_v = torch.onnx.ops.symbolic_multi_out(
+            "com.microsoft::MultiHeadAttention",
+            inputs,
+            attrs,
+            dtypes=(q.dtype, q.dtype, q.dtype),
+            shapes=(q.shape, present_shape, present_shape),
+            version=MS_DOMAIN_VERSION,
+        )
+        return out, (present_k, present_v)
+    kh, vh = split_heads(k, n_heads), split_heads(v, n_heads)  # [B, H, T, Dh]
+    if past is not None:
+        kh, vh = torch.cat([past[0], kh], dim=2), torch.cat([past[1], vh], dim=2)  # [B, H, P+T, Dh]
+    p = kh.shape[2] - t
+    allowed = None  # one new position (t == 1) sees everything cached
+    if t > 1:
+        allowed = torch.ones(t, p + t, dtype=torch.bool, device=q.device).tril(diagonal=p)  # [T, P+T]
+    qh = split_heads(q, n_heads)  # [B, H, T, Dh]
+    out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=allowed, dropout_p=dropout)
+    return merge_heads(out), (kh, vh)
 
 
 class SelfAttention(nn.Module):
@@ -211,6 +307,171 @@ class SentimentClassifier(nn.Module):
         m = attention_mask.unsqueeze(-1).to(h.dtype)  # [B, S, 1]
         pooled = (h * m).sum(1) / m.sum(1).clamp(min=1.0)  # [B, D]
         return self.head(pooled)
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoder-decoder (translation, summarization)
+# ---------------------------------------------------------------------------------------------
+
+
+class CausalSelfAttention(SelfAttention):
+    """Decoder self-attention: the encoder's fused QKV and RoPE, plus a causal mask and a KV cache.
+
+    RoPE positions continue from the cache: new position i is rotated by angle(P + i).
+    """
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, past: KV | None = None) -> tuple[Tensor, KV]:
+        q, k, v = self.qkv(x).chunk(3, dim=-1)  # each [B, T, D]
+        offset = 0 if past is None else past[0].shape[2]
+        q, k = apply_rope(q, cos, sin, offset), apply_rope(k, cos, sin, offset)
+        p = self.dropout if self.training else 0.0
+        out, present = causal_attention(q, k, v, past, self.n_heads, p)
+        return self.out(out), present
+
+
+class CrossAttention(nn.Module):
+    """Decoder queries over the encoder memory. No RoPE: source and target positions are unrelated.
+
+    The memory's keys and values are projected once per source (`project_memory`) and reused at
+    every decoding step, which is what BeamSearch's `past_key_cross_i` inputs hold.
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.dropout = cfg.dropout
+        self.q = nn.Linear(cfg.d_model, cfg.d_model)
+        self.kv = nn.Linear(cfg.d_model, 2 * cfg.d_model)
+        self.out = nn.Linear(cfg.d_model, cfg.d_model)
+
+    def project_memory(self, memory: Tensor) -> KV:
+        k, v = self.kv(memory).chunk(2, dim=-1)  # each [B, S, D]
+        return split_heads(k, self.n_heads), split_heads(v, self.n_heads)  # each [B, H, S, Dh]
+
+    def forward(self, x: Tensor, memory_kv: KV, src_mask: Tensor) -> Tensor:
+        p = self.dropout if self.training else 0.0
+        return self.out(cross_attention(self.q(x), memory_kv[0], memory_kv[1], src_mask, self.n_heads, p))
+
+
+class DecoderBlock(nn.Module):
+    """Pre-norm: x + SelfAttn(LN(x)) (causal, cached), x + CrossAttn(LN(x), memory), x + FFN(LN(x))."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.attn_norm = nn.LayerNorm(cfg.d_model)
+        self.attn = CausalSelfAttention(cfg)
+        self.cross_norm = nn.LayerNorm(cfg.d_model)
+        self.cross_attn = CrossAttention(cfg)
+        self.ffn_norm = nn.LayerNorm(cfg.d_model)
+        self.ffn = FeedForward(cfg)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(
+        self, x: Tensor, src_mask: Tensor, memory_kv: KV, cos: Tensor, sin: Tensor, past: KV | None = None
+    ) -> tuple[Tensor, KV]:
+        h, present = self.attn(self.attn_norm(x), cos, sin, past)
+        x = x + self.drop(h)
+        x = x + self.drop(self.cross_attn(self.cross_norm(x), memory_kv, src_mask))
+        return x + self.drop(self.ffn(self.ffn_norm(x))), present
+
+
+class Decoder(nn.Module):
+    """Target ids [B, T] + projected memory → next-token logits [B, T, V] and the present KV cache.
+
+    The output projection is tied to the target embedding (logits = LN(h) · Eᵀ).
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        # No padding_idx: with the tied output projection every row is also a logit.
+        self.embed = nn.Embedding(cfg.target_vocab_size, cfg.d_model)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(DecoderBlock(cfg) for _ in range(cfg.n_decoder_layers))
+        self.norm = nn.LayerNorm(cfg.d_model)
+        cos, sin = rope_tables(cfg.max_len, cfg.head_dim, cfg.rope_base)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+
+    def project_memory(self, memory: Tensor) -> list[KV]:
+        """Encoder memory [B, S, D] → per layer cross-attention (key, value) [B, H, S, Dh]."""
+        return [block.cross_attn.project_memory(memory) for block in self.blocks]
+
+    def forward(
+        self, tgt_ids: Tensor, src_mask: Tensor, memory_kv: list[KV], past: list[KV] | None = None
+    ) -> tuple[Tensor, list[KV]]:
+        x = self.drop(self.embed(tgt_ids) * math.sqrt(self.cfg.d_model))  # [B, T, D]
+        presents = []
+        for i, block in enumerate(self.blocks):
+            layer_past = None if past is None else past[i]
+            x, present = block(x, src_mask, memory_kv[i], self.rope_cos, self.rope_sin, layer_past)
+            presents.append(present)
+        return F.linear(self.norm(x), self.embed.weight), presents  # [B, T, V]
+
+
+@dataclass
+class KVCache:
+    """Decoding state of one batch: per layer self-attention (key, value) that grows by one position
+    per step, and cross-attention (key, value) projected once from the encoder memory."""
+
+    self_kv: list[KV] | None = None  # each [B, H, T_decoded, Dh]
+    cross_kv: list[KV] | None = None  # each [B, H, S, Dh]
+
+    @property
+    def length(self) -> int:
+        return 0 if self.self_kv is None else self.self_kv[0][0].shape[2]
+
+    def reorder(self, rows: Tensor, cross: bool = True) -> None:
+        """Keep batch rows `rows` [B'] (in that order): beam search follows the surviving beams.
+
+        cross=False reorders only the self-attention cache, as ORT's BeamSearch does (the cross
+        keys/values of the beams of one source are identical).
+        """
+
+        def pick(layers: list[KV] | None) -> list[KV] | None:
+            return None if layers is None else [(k[rows], v[rows]) for k, v in layers]
+
+        self.self_kv = pick(self.self_kv)
+        if cross:
+            self.cross_kv = pick(self.cross_kv)
+
+
+class Seq2Seq(nn.Module):
+    """RoPE encoder-decoder: source ids [B, S] + target prefix [B, T] → next-token logits [B, T, V].
+
+    `forward` is teacher forcing for training (tgt_in starts with bos); `encode` + `decode` with a
+    `KVCache` generate one token at a time (see export/generation.py).
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        if cfg.n_decoder_layers < 1:
+            raise ValueError("Seq2Seq needs n_decoder_layers >= 1")
+        self.cfg = cfg
+        self.encoder = Encoder(cfg)
+        self.decoder = Decoder(cfg)
+        self.apply(_init_weights)
+
+    def encode(self, src_ids: Tensor, src_mask: Tensor) -> Tensor:
+        """src_ids [B, S] int64, src_mask [B, S] (1 = token) → memory [B, S, D]."""
+        return self.encoder(src_ids, src_mask)
+
+    def decode(self, tgt_ids: Tensor, memory: Tensor, src_mask: Tensor, cache: KVCache | None = None) -> Tensor:
+        """Causal logits [B, T, V] for tgt_ids [B, T].
+
+        Without a cache this is the teacher-forced pass. With one, tgt_ids are the positions after
+        `cache.length`; the cache is filled (cross K/V on first use) and extended in place.
+        """
+        if cache is None:
+            logits, _ = self.decoder(tgt_ids, src_mask, self.decoder.project_memory(memory))
+            return logits
+        if cache.cross_kv is None:
+            cache.cross_kv = self.decoder.project_memory(memory)
+        logits, cache.self_kv = self.decoder(tgt_ids, src_mask, cache.cross_kv, cache.self_kv)
+        return logits
+
+    def forward(self, src_ids: Tensor, src_mask: Tensor, tgt_in: Tensor) -> Tensor:
+        return self.decode(tgt_in, self.encode(src_ids, src_mask), src_mask)
 
 
 def _init_weights(module: nn.Module) -> None:

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from export.checkpoint import CONFIG_FILE, load_weights, read_json, save_checkpoint
+from export.checkpoint import CONFIG_FILE, load_weights, read_json, round_to_stored_precision, save_checkpoint
 from export.data import LabelledText, read_sentiment, seeded_split
 from export.model import ModelConfig, SentimentClassifier
 from export.tokenizer import load_tokenizer, train_tokenizer
@@ -96,6 +96,7 @@ def run(
         return {"dev_accuracy": classification_metrics(dev_rows, predict(m, ids["dev"]))["all"]["accuracy"]}
 
     history = train(model, [len(x) for x in ids["train"]], loss_fn, train_cfg, evaluate, "dev_accuracy", state_path)
+    round_to_stored_precision(model)
     metrics = {
         "task": "sentiment",
         "command": command,

@@ -76,11 +76,14 @@ def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int = 0, multiple: int = 8)
     return ids, mask
 
 
-def lr_at(step: int, total: int, cfg: TrainConfig) -> float:
+def lr_at(step: int, total: int, cfg: TrainConfig, time_fraction: float = 0.0) -> float:
+    """Linear warm-up, then cosine decay to 5% of the peak. Progress is the larger of the step
+    fraction and the fraction of the time budget spent, so a run cut short by its budget still
+    ends with a low learning rate instead of stopping mid-schedule."""
     warmup = min(cfg.warmup_steps, total // 10 + 1)  # short runs must not spend all their steps warming up
     if step < warmup:
         return cfg.lr * (step + 1) / warmup
-    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    progress = min(1.0, max((step - warmup) / max(1, total - warmup), time_fraction))
     return cfg.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
@@ -139,7 +142,7 @@ def train(
         running, loss_sum, n_batches = 0.0, 0.0, 0
         for i, batch in enumerate(bar):
             for group in opt.param_groups:
-                group["lr"] = lr_at(step, total_steps, cfg)
+                group["lr"] = lr_at(step, total_steps, cfg, (time.monotonic() - t0) / budget_s)
             loss = loss_fn(model, batch)
             opt.zero_grad(set_to_none=True)
             loss.backward()

@@ -300,9 +300,7 @@ def test_retry_decision_respects_attempts_and_switches() -> None:
     assert RetryPolicy(retry_statuses=frozenset({"500"})).is_retryable(ClientError("x", "500"))
 
 
-@pytest.mark.parametrize(
-    "kwargs", [{"max_attempts": 0}, {"base_delay_s": -1.0}, {"max_delay_s": -0.5}], ids=str
-)
+@pytest.mark.parametrize("kwargs", [{"max_attempts": 0}, {"base_delay_s": -1.0}, {"max_delay_s": -0.5}], ids=str)
 def test_nonsense_policies_are_refused(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         RetryPolicy(**kwargs)
@@ -468,9 +466,7 @@ def test_client_sends_one_request_and_decodes_it() -> None:
 
 def test_client_retries_overload_then_returns() -> None:
     with Client(protocol="http", retry=NO_WAIT) as client:
-        answer = grpc_result(
-            {"LABEL": bytes_column(["positive"]), "SCORE": np.array([[0.875]], dtype=np.float32)}
-        )
+        answer = grpc_result({"LABEL": bytes_column(["positive"]), "SCORE": np.array([[0.875]], dtype=np.float32)})
         client._triton = FakeTriton(triton_error("503", "busy"), answer)
         assert client.sentiment("这部电影不差") == [Sentiment("positive", 0.875)]
         assert "client_timeout" not in client._triton.calls[0]  # HTTP takes its timeout at construction
@@ -621,10 +617,7 @@ def test_sentiment_line_is_label_score_text() -> None:
 
 def test_text_output_stays_one_line_per_text() -> None:
     assert cli.format_result("translate", "x", "line one\nline two", as_json=False) == "line one line two"
-    assert (
-        cli.format_result("sentiment", "a\nb", Sentiment("negative", 0.5), as_json=False)
-        == "negative\t0.5000\ta b"
-    )
+    assert cli.format_result("sentiment", "a\nb", Sentiment("negative", 0.5), as_json=False) == "negative\t0.5000\ta b"
 
 
 def test_json_output_is_one_object_per_text_with_unescaped_utf8() -> None:

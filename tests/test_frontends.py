@@ -15,7 +15,9 @@ def as_bytes_tensor(*items):
 
 @pytest.fixture(scope="module")
 def tokenizer() -> Tokenizer:
-    return train_tokenizer(["这部电影不差", "服务一点也不好", "hello world 我爱你"] * 3, vocab_size=120, min_frequency=1)
+    return train_tokenizer(
+        ["这部电影不差", "服务一点也不好", "hello world 我爱你"] * 3, vocab_size=120, min_frequency=1
+    )
 
 
 def test_decode_texts_accepts_utf8_and_mixed_scripts():
@@ -27,7 +29,7 @@ def test_decode_texts_accepts_utf8_and_mixed_scripts():
     "item,message",
     [
         (b"", r"TEXT\[0\] is empty"),
-        ("  \t\n ".encode(), r"TEXT\[0\] is empty"),
+        (b"  \t\n ", r"TEXT\[0\] is empty"),
         (b"\x00\x01\x02", "only control characters"),
         (b"\xff\xfe bad", r"TEXT\[0\] is not valid UTF-8"),
     ],

@@ -74,7 +74,7 @@ def test_tiny_training_run_writes_a_servable_checkpoint(fake_data_dir, tmp_path)
     assert (out / "model.safetensors").stat().st_size < 30 * 2**20
 
     # resuming from the state file continues where it stopped instead of starting over
-    assert train_main(argv[:-0 or None] + ["--epochs", "4"]) == 0
+    assert train_main(argv[: -0 or None] + ["--epochs", "4"]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert [e["epoch"] for e in metrics["history"]["epochs"]] == [1, 2, 3, 4]
 

@@ -1,0 +1,171 @@
+"""Reference generation in PyTorch: greedy and beam search over the `Seq2Seq` KV cache.
+
+These are the ground truth for the exported generator (`export/seq2seq_export.py`), so they follow
+ONNX Runtime's `com.microsoft.BeamSearch` (model_type=1, CPU) step by step rather than Hugging Face:
+
+- Decoding starts from bos; every step scores `log_softmax(logits) + beam score`, flattened over
+  [num_beams × vocab], and keeps the top 2·num_beams candidates (sorted).
+- At the first step only beam 0 is live (the other beams start at -1e9), so the beams differ.
+- Candidates are walked best first: an eos among the first num_beams candidates closes that beam's
+  sequence (without the eos) as a hypothesis scored `sum_logprobs / len ** length_penalty`, where
+  len counts bos and the generated tokens before eos; other candidates refill the beams.
+- A source is done once it has num_beams hypotheses and, with early_stopping, immediately; without
+  it, when the best candidate score / cur_len ** length_penalty cannot beat the worst hypothesis.
+  (ORT reads that best candidate from a window of the flattened top-k scores that is offset by
+  `batch * num_beams` instead of `batch * 2 * num_beams`; it is reproduced, which is why the default
+  here and in the export is early_stopping=True: then every row is independent of its batch.)
+- After max_new_tokens steps, sources that are not done add their live beams as hypotheses.
+- The best hypothesis is returned without bos and eos.
+
+Greedy is the same procedure with one beam and early stopping, i.e. argmax until eos.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from export.model import KVCache, Seq2Seq
+
+INITIAL_BEAM_SCORE = -1e9  # beams 1..k-1 at the first step (ORT: InitBeamState)
+
+
+@torch.no_grad()
+def greedy(model: Seq2Seq, src_ids: Tensor, src_mask: Tensor, max_new_tokens: int) -> list[list[int]]:
+    """Argmax decoding: src_ids/src_mask [B, S] → B token lists (no bos, no eos), batched with a KV cache.
+
+    Finished rows leave the batch, so a long straggler does not make the others pay.
+    """
+    model.eval()
+    cfg = model.cfg
+    memory = model.encode(src_ids, src_mask)  # [B, S, D]
+    mask = src_mask
+    out: list[list[int]] = [[] for _ in range(src_ids.shape[0])]
+    alive = list(range(src_ids.shape[0]))  # batch index of each live row
+    tokens = torch.full((len(alive), 1), cfg.bos_id, dtype=torch.long)
+    cache = KVCache()
+    for _ in range(max_new_tokens):
+        next_tokens = model.decode(tokens, memory, mask, cache)[:, -1].argmax(-1).tolist()  # [A]
+        keep = []
+        for row, (b, token) in enumerate(zip(alive, next_tokens, strict=True)):
+            if token != cfg.eos_id:
+                out[b].append(token)
+                keep.append(row)
+        if not keep:
+            break
+        if len(keep) < len(alive):
+            rows = torch.tensor(keep)
+            memory, mask = memory[rows], mask[rows]
+            cache.reorder(rows)
+            alive = [alive[r] for r in keep]
+        tokens = torch.tensor([out[b][-1] for b in alive]).unsqueeze(1)  # [A, 1]
+    return out
+
+
+@dataclass
+class Hypotheses:
+    """The best finished sequences of one source, best first (at most num_beams)."""
+
+    num_beams: int
+    length_penalty: float
+    items: list[tuple[float, list[int]]] = field(default_factory=list)  # (score, tokens incl. bos)
+    done: bool = False
+
+    def score(self, sum_logprobs: float, length: int) -> float:
+        return float(np.float32(sum_logprobs / length**self.length_penalty))
+
+    def add(self, tokens: list[int], sum_logprobs: float) -> None:
+        score = self.score(sum_logprobs, len(tokens))
+        if len(self.items) == self.num_beams:
+            if score <= self.items[-1][0]:
+                return
+            self.items.pop()
+        at = next((i for i, (s, _) in enumerate(self.items) if score > s), len(self.items))
+        self.items.insert(at, (score, tokens))  # after equal scores, like ORT's insertion
+
+    def full(self) -> bool:
+        return len(self.items) == self.num_beams
+
+
+@torch.no_grad()
+def beam_search(
+    model: Seq2Seq,
+    src_ids: Tensor,
+    src_mask: Tensor,
+    max_new_tokens: int,
+    num_beams: int,
+    length_penalty: float = 1.0,
+    early_stopping: bool = True,
+) -> list[list[int]]:
+    """Beam search as ORT's BeamSearch op does it (see the module docstring): B token lists, no bos/eos.
+
+    With early_stopping, finished sources leave the batch. Without it they stay, feeding pad tokens
+    with score 0 from row 0's self-attention cache, exactly as ORT does, because ORT's stopping test
+    reads their scores.
+    """
+    model.eval()
+    cfg = model.cfg
+    batch, k, vocab = src_ids.shape[0], num_beams, cfg.target_vocab_size
+    memory = model.encode(src_ids, src_mask)
+    rows = torch.arange(batch).repeat_interleave(k)  # beam-major expansion: row = b * k + beam
+    memory, mask = memory[rows], src_mask[rows]
+    sequences = torch.full((batch * k, 1), cfg.bos_id, dtype=torch.long)  # [rows, cur_len], bos first
+    beam_scores = torch.zeros(batch, k)
+    beam_scores[:, 1:] = INITIAL_BEAM_SCORE
+    beam_scores = beam_scores.view(-1)  # [rows]
+    hyps = [Hypotheses(k, length_penalty) for _ in range(batch)]
+    alive = list(range(batch))  # sources in the tensors; source alive[i] owns rows i*k .. i*k+k-1
+    cache = KVCache()
+    for _ in range(max_new_tokens):
+        logits = model.decode(sequences[:, -1:], memory, mask, cache)[:, -1].float()  # [rows, V]
+        scores = F.log_softmax(logits, dim=-1) + beam_scores[:, None]
+        top_scores, top_index = scores.view(len(alive), k * vocab).topk(2 * k, dim=1)  # [A, 2k], sorted
+        flat_scores, top_index = top_scores.flatten().tolist(), top_index.tolist()
+        cur_len = sequences.shape[1]
+        chosen: list[tuple[int, int, float]] = []  # (row, token, score) of the next beams
+        kept = []  # positions i in `alive` that stay in the tensors
+        for i, b in enumerate(alive):
+            if hyps[b].done:  # only without early stopping: pad along, as ORT does
+                chosen += [(0, cfg.pad_id, 0.0)] * k
+                kept.append(i)
+                continue
+            beams = []
+            for j in range(2 * k):
+                index, score = top_index[i][j], flat_scores[i * 2 * k + j]
+                row, token = i * k + index // vocab, index % vocab
+                if token != cfg.eos_id:
+                    beams.append((row, token, score))
+                elif j < k:
+                    hyps[b].add(sequences[row].tolist(), score)
+                if len(beams) == k:
+                    break
+            if hyps[b].full():
+                if early_stopping:
+                    hyps[b].done = True
+                else:
+                    window = flat_scores[i * k : i * k + 2 * k]  # ORT's window, see module docstring
+                    hyps[b].done = hyps[b].items[-1][0] >= hyps[b].score(max(window), cur_len)
+            if not (early_stopping and hyps[b].done):
+                chosen += beams
+                kept.append(i)
+        if all(h.done for h in hyps):
+            alive = []
+            break
+        pick = torch.tensor([row for row, _, _ in chosen])
+        sequences = torch.cat([sequences[pick], torch.tensor([[t] for _, t, _ in chosen])], dim=1)
+        beam_scores = torch.tensor([s for _, _, s in chosen], dtype=torch.float32)
+        cache.reorder(pick, cross=False)
+        if len(kept) < len(alive):  # early stopping: finished sources leave the batch
+            source_rows = torch.tensor([i * k + beam for i in kept for beam in range(k)])
+            memory, mask = memory[source_rows], mask[source_rows]
+            cache.cross_kv = [(ck[source_rows], cv[source_rows]) for ck, cv in cache.cross_kv]
+            alive = [alive[i] for i in kept]
+    for i, b in enumerate(alive):  # out of steps: the live beams compete with the finished ones
+        if not hyps[b].done:
+            for beam in range(k):
+                hyps[b].add(sequences[i * k + beam].tolist(), float(beam_scores[i * k + beam]))
+    return [h.items[0][1][1:] for h in hyps]

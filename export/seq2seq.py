@@ -1,0 +1,195 @@
+"""Translation (zh → en) and summarization (zh → zh headline): data → tokenizers → RoPE
+encoder-decoder → BLEU/chrF or character ROUGE → checkpoint.
+
+The two tasks differ only in the `Seq2SeqTask` row below; everything else is shared.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tokenizers import Tokenizer
+from torch import nn
+from tqdm import tqdm
+
+from export.checkpoint import CONFIG_FILE, load_weights, read_json, round_to_stored_precision, save_checkpoint
+from export.data import Pair, read_summarization, read_translation, seeded_split
+from export.metrics import bleu_chrf, lead_baseline, rouge_chars
+from export.model import ModelConfig, Seq2Seq
+from export.tokenizer import BOS_ID, EOS_ID, detokenize, load_tokenizer, train_tokenizer
+from export.training import TrainConfig, length_batches, pad_batch, train
+
+SOURCE_TOKENIZER, TARGET_TOKENIZER = "tokenizer.json", "target_tokenizer.json"
+
+
+@dataclass(frozen=True)
+class Seq2SeqTask:
+    name: str
+    reader: Callable[[Path], tuple[list[Pair], list[Pair]]]
+    shared_vocab: bool  # summarization: one Chinese tokenizer for both sides
+    lowercase_target: bool
+    source_vocab: int
+    target_vocab: int
+    max_source_tokens: int
+    max_target_tokens: int
+    default_new_tokens: int  # served default for MAX_NEW_TOKENS
+    score: Callable[[list[str], list[str]], dict[str, float]]
+
+
+TASKS = {
+    "translate": Seq2SeqTask("translate", read_translation, False, False, 4000, 6000, 64, 48, 48, bleu_chrf),
+    "summarize": Seq2SeqTask("summarize", read_summarization, True, True, 6000, 6000, 160, 40, 32, rouge_chars),
+}
+
+
+def encode_pairs(pairs: list[Pair], src: Tokenizer, tgt: Tokenizer, task: Seq2SeqTask) -> list[tuple[list, list]]:
+    """(source ids + eos, target ids) per pair, truncated to the task's limits."""
+    s = src.encode_batch([p.source for p in pairs], add_special_tokens=False)
+    t = tgt.encode_batch([p.target for p in pairs], add_special_tokens=False)
+    return [
+        (a.ids[: task.max_source_tokens - 1] + [EOS_ID], b.ids[: task.max_target_tokens - 1])
+        for a, b in zip(s, t, strict=True)
+    ]
+
+
+def seq2seq_loss(model: nn.Module, examples: list[tuple[list, list]], smoothing: float = 0.1) -> torch.Tensor:
+    """Teacher forcing: decoder input [bos] + y, labels y + [eos]; padding ignored."""
+    src, src_mask = pad_batch([e[0] for e in examples])
+    tgt_in, _ = pad_batch([[BOS_ID] + e[1] for e in examples])
+    labels, label_mask = pad_batch([e[1] + [EOS_ID] for e in examples])
+    labels = labels.masked_fill(label_mask == 0, -100)
+    logits = model(src, src_mask, tgt_in)  # [B, T, V]
+    return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100, label_smoothing=smoothing)
+
+
+@torch.no_grad()
+def generate_texts(
+    model: Seq2Seq,
+    sources: list[list[int]],
+    tgt_tokenizer: Tokenizer,
+    max_new_tokens: int,
+    num_beams: int,
+    desc: str = "generate",
+    batch_size: int = 64,
+) -> list[str]:
+    """Decode source ids with the PyTorch reference (greedy or beam), batched by length."""
+    from export.generation import beam_search, greedy
+
+    model.eval()
+    out: list[str] = [""] * len(sources)
+    batches = length_batches([len(s) for s in sources], 1 << 30, batch_size, None)
+    for batch in tqdm(batches, desc=desc, unit="batch", dynamic_ncols=True):
+        ids, mask = pad_batch([sources[i] for i in batch])
+        if num_beams == 1:
+            seqs = greedy(model, ids, mask, max_new_tokens)
+        else:
+            seqs = beam_search(model, ids, mask, max_new_tokens, num_beams)
+        for i, seq in zip(batch, seqs, strict=True):
+            out[i] = detokenize(tgt_tokenizer, seq)
+    return out
+
+
+def run(
+    task_name: str,
+    data_dir: Path,
+    out_dir: Path,
+    model_cfg: ModelConfig,
+    train_cfg: TrainConfig,
+    state_path: Path | None = None,
+    limit: int | None = None,
+    command: str = "",
+    eval_limit: int | None = None,
+) -> dict:
+    task = TASKS[task_name]
+    pairs, test_pairs = task.reader(data_dir)
+    train_pairs, dev_pairs = seeded_split(pairs, key=lambda p: p.source, fractions=(0.95, 0.05))
+    if limit:
+        train_pairs, dev_pairs, test_pairs = train_pairs[:limit], dev_pairs[: limit // 4], test_pairs[: limit // 4]
+    if eval_limit:
+        test_pairs = test_pairs[:eval_limit]
+    print(f"{task.name}: train {len(train_pairs)}, dev {len(dev_pairs)}, test {len(test_pairs)}")
+
+    src_tok = train_tokenizer(
+        (t for p in train_pairs for t in ((p.source, p.target) if task.shared_vocab else (p.source,))),
+        task.source_vocab,
+    )
+    tgt_tok = (
+        src_tok
+        if task.shared_vocab
+        else train_tokenizer((p.target for p in train_pairs), task.target_vocab, lowercase=task.lowercase_target)
+    )
+    model_cfg.vocab_size = src_tok.get_vocab_size()
+    model_cfg.tgt_vocab_size = tgt_tok.get_vocab_size()
+    train_ex = encode_pairs(train_pairs, src_tok, tgt_tok, task)
+    dev_ex = encode_pairs(dev_pairs, src_tok, tgt_tok, task)
+    test_ex = encode_pairs(test_pairs, src_tok, tgt_tok, task)
+
+    model = Seq2Seq(model_cfg)
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"model: {n_params / 1e6:.2f} M parameters, vocab {model_cfg.vocab_size} → {model_cfg.tgt_vocab_size}")
+
+    def loss_fn(m: nn.Module, batch: list[int]) -> torch.Tensor:
+        return seq2seq_loss(m, [train_ex[i] for i in batch])
+
+    def evaluate(m: nn.Module) -> dict[str, float]:
+        total, count = 0.0, 0
+        for batch in length_batches([len(e[0]) for e in dev_ex], 8192, 128, None):
+            total += seq2seq_loss(m, [dev_ex[i] for i in batch], smoothing=0.0).item() * len(batch)
+            count += len(batch)
+        return {"neg_dev_loss": round(-total / max(1, count), 4)}
+
+    lengths = [len(s) + len(t) for s, t in train_ex]
+    history = train(model, lengths, loss_fn, train_cfg, evaluate, "neg_dev_loss", state_path, desc=task.name)
+    round_to_stored_precision(model)
+
+    sources = [e[0] for e in test_ex]
+    references = [p.target for p in test_pairs]
+    scores: dict[str, dict] = {}
+    samples: dict[str, list] = {}
+    for label, beams in (("greedy", 1), ("beam4", 4)):
+        t0 = time.monotonic()
+        hyps = generate_texts(model, sources, tgt_tok, task.max_target_tokens, beams, desc=f"test {label}")
+        scores[label] = {**task.score(hyps, references), "seconds": round(time.monotonic() - t0, 1)}
+        samples[label] = [
+            {"source": p.source, "reference": p.target, "output": h} for p, h in zip(test_pairs[:8], hyps[:8])
+        ]
+    if task.name == "summarize":
+        scores["lead_baseline"] = task.score(lead_baseline([p.source for p in test_pairs], references), references)
+    print({k: v for k, v in scores.items()})
+
+    metrics = {
+        "task": task.name,
+        "command": command,
+        "parameters": n_params,
+        "splits": {"train": len(train_pairs), "dev": len(dev_pairs), "test": len(test_pairs), "seed": train_cfg.seed},
+        "test": scores,
+        "samples": samples,
+        "history": history,
+    }
+    config = {
+        "task": task.name,
+        "architecture": "Seq2Seq",
+        "model": asdict(model_cfg),
+        "max_tokens": task.max_source_tokens,
+        "max_new_tokens": task.default_new_tokens,
+        "max_new_tokens_limit": task.max_target_tokens * 2,
+        "shared_vocab": task.shared_vocab,
+    }
+    save_checkpoint(out_dir, model, config, metrics)
+    src_tok.save(str(Path(out_dir) / SOURCE_TOKENIZER))
+    tgt_tok.save(str(Path(out_dir) / TARGET_TOKENIZER))
+    return metrics
+
+
+def load(checkpoint_dir: Path) -> tuple[Seq2Seq, dict, Tokenizer, Tokenizer]:
+    """(model in eval mode, config dict, source tokenizer, target tokenizer)."""
+    config = read_json(Path(checkpoint_dir) / CONFIG_FILE)
+    model = Seq2Seq(ModelConfig.from_dict(config["model"]))
+    load_weights(checkpoint_dir, model)
+    folder = Path(checkpoint_dir)
+    return model, config, load_tokenizer(folder / SOURCE_TOKENIZER), load_tokenizer(folder / TARGET_TOKENIZER)

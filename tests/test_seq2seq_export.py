@@ -1,0 +1,212 @@
+"""The one-graph generator: BeamSearch over fused-attention subgraphs, equal to the PyTorch reference,
+and loadable by the ONNX Runtime inside the NGC Triton image."""
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+import torch.nn.functional as F
+
+from export.generation import beam_search, greedy
+from export.model import KVCache, ModelConfig, Seq2Seq
+from export.seq2seq_export import (
+    DecoderStep,
+    EncoderStep,
+    export_generator,
+    generate_onnx,
+    strip_sequence,
+    subgraph_model,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+NGC_ORT_PYTHON = ROOT / ".cache" / "ort-ngc" / "bin" / "python"
+SIZES = dict(d_model=32, n_heads=4, n_layers=2, n_decoder_layers=2, d_ff=64, max_len=48)
+CFG = ModelConfig(vocab_size=64, tgt_vocab_size=64, **SIZES)
+MAX_LEN = 24  # generator cap on max_length (bos + generated tokens)
+MS_MHA, ROTARY = "com.microsoft::MultiHeadAttention", "com.microsoft::RotaryEmbedding"
+
+
+def copy_pairs(n: int, seed: int) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(2, 9, (n,), generator=g).tolist()
+    return [torch.randint(4, CFG.vocab_size, (length,), generator=g).tolist() for length in lengths]
+
+
+def pad(rows: list[list[int]], multiple: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad to a multiple of 8, as the front models do; sources end with eos."""
+    width = -(-max(len(r) + 1 for r in rows) // multiple) * multiple
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, : len(r) + 1] = torch.tensor(r + [CFG.eos_id])
+    return ids, (ids != CFG.pad_id).long()
+
+
+@pytest.fixture(scope="module")
+def model():
+    """A tiny model that has half-learned to copy 48 sequences (40 full-batch steps): its outputs vary
+    with the input and its beams disagree sometimes, unlike an untrained model's."""
+    torch.manual_seed(0)
+    model = Seq2Seq(CFG)
+    seen = copy_pairs(48, seed=1)
+    src, src_mask = pad(seen)
+    tgt_in = torch.zeros(len(seen), src.shape[1] + 1, dtype=torch.long)
+    labels = torch.full_like(tgt_in, -100)
+    for i, r in enumerate(seen):
+        tgt_in[i, : len(r) + 1] = torch.tensor([CFG.bos_id] + r)
+        labels[i, : len(r) + 1] = torch.tensor(r + [CFG.eos_id])
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for _ in range(40):
+        logits = model(src, src_mask, tgt_in)
+        loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+    model.seen = seen
+    return model
+
+
+@pytest.fixture(scope="module")
+def generator(model, tmp_path_factory):
+    path = export_generator(model, tmp_path_factory.mktemp("gen") / "generator.onnx", max_len=MAX_LEN)
+    return path, ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+@pytest.fixture(scope="module")
+def sources(model):
+    """24 padded sources: 12 the model has seen, 12 new ones (where its choices are less certain)."""
+    return pad(model.seen[:12] + copy_pairs(12, seed=2))
+
+
+def counts(graph: onnx.GraphProto) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for node in graph.node:
+        key = f"{node.domain or 'ai.onnx'}::{node.op_type}"
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
+def test_generator_is_one_beam_search_over_fused_attention(generator):
+    path, session = generator
+    proto = onnx.load(str(path))
+    assert counts(proto.graph) == {"ai.onnx::Clip": 1, "com.microsoft::BeamSearch": 1}
+    assert [i.name for i in session.get_inputs()] == [
+        "input_ids",
+        "attention_mask",
+        "max_length",
+        "num_beams",
+    ]
+    assert [i.type for i in session.get_inputs()] == ["tensor(int32)"] * 4
+    assert [o.name for o in session.get_outputs()] == ["sequences"]
+    props = session.get_modelmeta().custom_metadata_map
+    assert props["eos_id"] == "3" and props["max_len"] == str(MAX_LEN)
+    enc, dec = counts(subgraph_model(proto, "encoder").graph), counts(subgraph_model(proto, "decoder").graph)
+    # encoder subgraph: encoder self-attention + the first decoder step (self + cross per layer)
+    assert enc[MS_MHA] == CFG.n_layers + 2 * CFG.n_decoder_layers
+    assert enc[ROTARY] == 2 * (CFG.n_layers + CFG.n_decoder_layers)
+    assert dec[MS_MHA] == 2 * CFG.n_decoder_layers and dec[ROTARY] == 2 * CFG.n_decoder_layers
+    assert "ai.onnx::Softmax" not in enc and "ai.onnx::Softmax" not in dec
+
+
+@pytest.mark.parametrize("batch,rows", [(1, [0]), (5, [0, 1, 2, 3, 4]), (3, [5, 12, 20])])
+def test_subgraphs_match_pytorch_on_padded_batches(model, generator, sources, batch, rows):
+    path, _ = generator
+    proto = onnx.load(str(path))
+    ids, mask = (t[rows].to(torch.int32) for t in sources)
+    start = torch.full((batch, 1), CFG.bos_id, dtype=torch.int32)
+    encoder = ort.InferenceSession(subgraph_model(proto, "encoder").SerializeToString())
+    got = encoder.run(None, {"encoder_input_ids": ids.numpy(), "encoder_attention_mask": mask.numpy(),
+                             "decoder_input_ids": start.numpy()})  # fmt: skip
+    with torch.no_grad():
+        want = EncoderStep(model)(ids, mask, start)
+    assert len(got) == len(want) == 2 + 4 * CFG.n_decoder_layers
+    for g, w in zip(got, want, strict=True):
+        assert np.abs(g - w.numpy()).max() <= 1e-4
+
+    # the decoder step on top of a real 5-token cache, against the PyTorch KV cache
+    cache = KVCache()
+    prefix = torch.cat([start.long(), ids[:, :4].long()], dim=1)  # bos + 4 tokens
+    nxt = torch.randint(4, CFG.target_vocab_size, (batch, 1), dtype=torch.int32)
+    with torch.no_grad():
+        memory = model.encode(ids.long(), mask)
+        model.decode(prefix, memory, mask, cache)
+        past = [t for kv in cache.self_kv + cache.cross_kv for t in kv]
+        want = DecoderStep(model)(nxt, mask, *past)
+        assert torch.allclose(want[0], model.decode(nxt.long(), memory, mask, cache), atol=1e-6)
+    decoder = ort.InferenceSession(subgraph_model(proto, "decoder").SerializeToString())
+    names = [i.name for i in decoder.get_inputs()]
+    assert names[:3] == ["input_ids", "encoder_attention_mask", "past_key_self_0"]
+    feeds = {"input_ids": nxt.numpy(), "encoder_attention_mask": mask.numpy()}
+    feeds.update(zip(names[2:], (t.numpy() for t in past), strict=True))
+    got = decoder.run(None, feeds)
+    for g, w in zip(got, want, strict=True):
+        assert np.abs(g - w.numpy()).max() <= 1e-4
+
+
+def test_greedy_onnx_equals_pytorch_token_for_token(model, generator, sources):
+    _, session = generator
+    ids, mask = sources
+    got = generate_onnx(session, ids.numpy(), mask.numpy(), 16, 1)
+    want = greedy(model, ids, mask, 16)
+    assert got == want
+    assert len({tuple(r) for r in want}) > 12 and any(len(r) > 3 for r in want)  # not degenerate
+
+
+def test_beam_onnx_agrees_with_pytorch(model, generator, sources):
+    _, session = generator
+    ids, mask = sources
+    got = generate_onnx(session, ids.numpy(), mask.numpy(), 16, 4)
+    want = beam_search(model, ids, mask, 16, 4)
+    agree = sum(g == w for g, w in zip(got, want, strict=True)) / len(want)
+    assert agree >= 0.95, (agree, got, want)
+    differs_from_greedy = sum(b != g for b, g in zip(want, greedy(model, ids, mask, 16), strict=True))
+    assert differs_from_greedy >= len(want) // 4  # the beams matter on this model
+
+
+def test_max_length_counts_the_start_token_and_is_clamped(generator, sources):
+    _, session = generator
+    ids, mask = (t[:2].numpy().astype(np.int32) for t in sources)
+
+    def run(max_length):
+        feeds = {"input_ids": ids, "attention_mask": mask, "max_length": np.array([max_length], np.int32),
+                 "num_beams": np.array([1], np.int32)}  # fmt: skip
+        return session.run(["sequences"], feeds)[0]
+
+    assert run(6).shape == (2, 1, 6)  # bos + at most 5 tokens
+    assert (run(6)[:, 0, 0] == CFG.bos_id).all()
+    assert run(1).shape == (2, 1, 3)  # ORT's T5 loop needs max_length >= 3
+    assert run(1000).shape == (2, 1, MAX_LEN)
+    assert strip_sequence([2, 7, 8, 3, 0], 2, 3, 0) == [7, 8] and strip_sequence([2, 7, 0, 0], 2, 3, 0) == [7]
+
+
+def test_generator_loads_and_generates_identically_in_ngc_onnxruntime(generator, sources, tmp_path):
+    """The NGC 24.10 image ships ONNX Runtime 1.19.2 (`make test` installs it in .cache/ort-ngc)."""
+    path, session = generator
+    assert NGC_ORT_PYTHON.exists(), "run `make test` (it installs onnxruntime 1.19.2 into .cache/ort-ngc)"
+    ids, mask = (t.numpy().astype(np.int32) for t in sources)
+    np.save(tmp_path / "ids.npy", ids)
+    np.save(tmp_path / "mask.npy", mask)
+    script = (
+        "import json, numpy as np, onnxruntime as ort\n"
+        f"s = ort.InferenceSession({str(path)!r}, providers=['CPUExecutionProvider'])\n"
+        f"ids = np.load({str(tmp_path / 'ids.npy')!r}); mask = np.load({str(tmp_path / 'mask.npy')!r})\n"
+        "out = {'version': ort.__version__}\n"
+        "for beams in (1, 4):\n"
+        "    feeds = {'input_ids': ids, 'attention_mask': mask, 'max_length': np.array([17], np.int32),\n"
+        "             'num_beams': np.array([beams], np.int32)}\n"
+        "    out[beams] = s.run(['sequences'], feeds)[0].tolist()\n"
+        "print(json.dumps(out))\n"
+    )
+    result = subprocess.run([str(NGC_ORT_PYTHON), "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["version"] == "1.19.2"
+    for beams in (1, 4):
+        feeds = {"input_ids": ids, "attention_mask": mask, "max_length": np.array([17], np.int32),
+                 "num_beams": np.array([beams], np.int32)}  # fmt: skip
+        assert report[str(beams)] == session.run(["sequences"], feeds)[0].tolist()
