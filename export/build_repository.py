@@ -1,8 +1,9 @@
 """Build the Triton model repository from the committed checkpoints.
 
-`python -m export.build_repository` exports each checkpoint to ONNX into
-`model_repository/<task>_encoder/1/model.onnx` and copies the tokenizer and task config next
-to the front model. A stamp file records the checkpoint hashes, so an unchanged checkpoint is
+`python -m export.build_repository` exports each checkpoint to ONNX
+(`sentiment_encoder`, `translate_generator`, `summarize_generator` under
+`model_repository/<model>/1/model.onnx`) and copies the tokenizers and task config next to the
+front model. A stamp file records the checkpoint hashes, so an unchanged checkpoint is
 not exported again (`--force` rebuilds).
 """
 
@@ -13,6 +14,7 @@ import hashlib
 import json
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,19 +30,45 @@ def fingerprint(folder: Path) -> str:
     return h.hexdigest()
 
 
+def copy_assets(checkpoint: Path, front: Path, names: list[str]) -> list[Path]:
+    """Tokenizer and task config go next to the front model's model.py (read in initialize())."""
+    front.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        shutil.copy2(checkpoint / name, front / name)
+    return [front / name for name in names]
+
+
 def build_sentiment(checkpoint: Path, repository: Path) -> list[Path]:
     from export import sentiment
     from export.onnx_export import export_encoder_classifier
 
-    model, config, _ = sentiment.load(checkpoint)
-    onnx_path = export_encoder_classifier(model, repository / "sentiment_encoder" / "1" / "model.onnx")
-    front = repository / "sentiment" / "1"
-    shutil.copy2(checkpoint / "tokenizer.json", front / "tokenizer.json")
-    shutil.copy2(checkpoint / "config.json", front / "config.json")
-    return [onnx_path, front / "tokenizer.json", front / "config.json"]
+    model, _, _ = sentiment.load(checkpoint)
+    onnx_path = export_encoder_classifier(model, repository / ONNX_MODEL["sentiment"] / "1" / "model.onnx")
+    return [onnx_path, *copy_assets(checkpoint, repository / "sentiment" / "1", ["tokenizer.json", "config.json"])]
 
 
-BUILDERS = {"sentiment": build_sentiment}
+def build_seq2seq(task: str) -> Callable[[Path, Path], list[Path]]:
+    def builder(checkpoint: Path, repository: Path) -> list[Path]:
+        from export import seq2seq
+        from export.seq2seq_export import export_generator
+
+        model, config, _, _ = seq2seq.load(checkpoint)
+        onnx_path = export_generator(
+            model, repository / ONNX_MODEL[task] / "1" / "model.onnx", max_len=config["max_new_tokens_limit"] + 1
+        )
+        assets = ["tokenizer.json", "target_tokenizer.json", "config.json"]
+        return [onnx_path, *copy_assets(checkpoint, repository / task / "1", assets)]
+
+    return builder
+
+
+# public front model → the ONNX model it calls
+ONNX_MODEL = {"sentiment": "sentiment_encoder", "translate": "translate_generator", "summarize": "summarize_generator"}
+BUILDERS = {
+    "sentiment": build_sentiment,
+    "translate": build_seq2seq("translate"),
+    "summarize": build_seq2seq("summarize"),
+}
 
 
 def build(checkpoints: Path, repository: Path, tasks: list[str] | None = None, force: bool = False) -> list[str]:
@@ -56,7 +84,7 @@ def build(checkpoints: Path, repository: Path, tasks: list[str] | None = None, f
             print(f"skip {task}: no checkpoint at {folder}")
             continue
         fp = fingerprint(folder)
-        outputs_exist = (repository / f"{task}_encoder" / "1" / "model.onnx").exists()
+        outputs_exist = (repository / ONNX_MODEL[task] / "1" / "model.onnx").exists()
         if not force and stamp.get(task) == fp and outputs_exist:
             print(f"{task}: up to date")
             continue

@@ -20,7 +20,7 @@ inputs
 outputs
     sequences       int32  [batch, 1, max_length]  bos, then the generated tokens, then pad_id
                                                    filling; eos is never included. Strip position 0
-                                                   and cut at the first pad (`strip_sequence`).
+                                                   and cut at the first pad (`export.tokenizer.strip_generated`).
 
 max_length and num_beams are shape-[1] tensors that apply to the whole batch, so the generator is
 not batchable by Triton (config: max_batch_size 0); the front model batches and calls it once.
@@ -69,6 +69,7 @@ from torch import Tensor, nn
 
 from export.model import KV, Seq2Seq
 from export.onnx_export import OPSET, quiet_exporter
+from export.tokenizer import strip_generated
 
 MS_DOMAIN = "com.microsoft"
 MIN_MAX_LENGTH = 3  # ORT's T5 beam search runs no decoder step with max_length 2 and then fails
@@ -301,16 +302,6 @@ def subgraph_model(generator: onnx.ModelProto, name: str) -> onnx.ModelProto:
     return model
 
 
-def strip_sequence(tokens, bos_id: int, eos_id: int, pad_id: int) -> list[int]:
-    """One row of `sequences` → generated tokens: drop the leading bos, stop at eos or pad."""
-    out = []
-    for token in list(tokens)[1:] if len(tokens) and tokens[0] == bos_id else list(tokens):
-        if token in (eos_id, pad_id):
-            break
-        out.append(int(token))
-    return out
-
-
 def generate_onnx(session, ids, mask, max_new_tokens: int, num_beams: int, cfg=None) -> list[list[int]]:
     """Run a generator session: ids/mask [B, S] (any int dtype) → B token lists (no bos/eos/pad).
 
@@ -325,4 +316,4 @@ def generate_onnx(session, ids, mask, max_new_tokens: int, num_beams: int, cfg=N
         "num_beams": np.array([num_beams], np.int32),
     }
     sequences = session.run(["sequences"], feeds)[0]  # [B, 1, L]
-    return [strip_sequence(row[0], bos, eos, pad)[:max_new_tokens] for row in sequences]
+    return [strip_generated(row[0], bos, eos, pad)[:max_new_tokens] for row in sequences]

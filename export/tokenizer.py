@@ -65,3 +65,16 @@ def detokenize(tokenizer: Tokenizer, ids: list[int]) -> str:
             continue
         out.append(ch)
     return _APOSTROPHE.sub(r"\1'\2", "".join(out))
+
+
+def strip_generated(tokens, bos_id: int = BOS_ID, eos_id: int = EOS_ID, pad_id: int = PAD_ID) -> list[int]:
+    """One generated row (bos, tokens, eos/pad filling) → the tokens: drop a leading bos, stop at eos or pad."""
+    tokens = [int(t) for t in tokens]
+    if tokens and tokens[0] == bos_id:
+        tokens = tokens[1:]
+    out = []
+    for token in tokens:
+        if token in (eos_id, pad_id):
+            break
+        out.append(token)
+    return out

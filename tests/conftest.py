@@ -15,8 +15,9 @@ REPOSITORY = ROOT / "model_repository"
 @pytest.fixture(scope="session")
 def triton():
     """The real embedded tritonserver serving model_repository/ (built by `make repository`)."""
-    onnx = REPOSITORY / "sentiment_encoder" / "1" / "model.onnx"
-    assert onnx.exists(), f"{onnx} is missing: run `make repository` (or `make test`, which builds it)"
+    for model in ("sentiment_encoder", "translate_generator", "summarize_generator"):
+        onnx = REPOSITORY / model / "1" / "model.onnx"
+        assert onnx.exists(), f"{onnx} is missing: run `make repository` (or `make test`, which builds it)"
     http, grpc, metrics = free_ports(3)
     server = EmbeddedTriton(
         ServerOptions(model_repository=REPOSITORY, http_port=http, grpc_port=grpc, metrics_port=metrics)

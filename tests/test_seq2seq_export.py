@@ -19,9 +19,9 @@ from export.seq2seq_export import (
     EncoderStep,
     export_generator,
     generate_onnx,
-    strip_sequence,
     subgraph_model,
 )
+from export.tokenizer import strip_generated
 
 ROOT = Path(__file__).resolve().parents[1]
 NGC_ORT_PYTHON = ROOT / ".cache" / "ort-ngc" / "bin" / "python"
@@ -181,7 +181,7 @@ def test_max_length_counts_the_start_token_and_is_clamped(generator, sources):
     assert (run(6)[:, 0, 0] == CFG.bos_id).all()
     assert run(1).shape == (2, 1, 3)  # ORT's T5 loop needs max_length >= 3
     assert run(1000).shape == (2, 1, MAX_LEN)
-    assert strip_sequence([2, 7, 8, 3, 0], 2, 3, 0) == [7, 8] and strip_sequence([2, 7, 0, 0], 2, 3, 0) == [7]
+    assert strip_generated([2, 7, 8, 3, 0], 2, 3, 0) == [7, 8] and strip_generated([2, 7, 0, 0], 2, 3, 0) == [7]
 
 
 def test_generator_loads_and_generates_identically_in_ngc_onnxruntime(generator, sources, tmp_path):
