@@ -76,9 +76,7 @@ def add_common_flags(parser: argparse.ArgumentParser, with_defaults: bool) -> No
         default=default(None),
         help="Triton address host:port (default: 127.0.0.1:8001 for grpc, 127.0.0.1:8000 for http)",
     )
-    parser.add_argument(
-        "--protocol", choices=sorted(TRANSPORTS), default=default("grpc"), help="default: grpc"
-    )
+    parser.add_argument("--protocol", choices=sorted(TRANSPORTS), default=default("grpc"), help="default: grpc")
     parser.add_argument(
         "--timeout",
         type=positive_float,
@@ -98,9 +96,7 @@ def add_common_flags(parser: argparse.ArgumentParser, with_defaults: bool) -> No
         default=default(DEFAULT_BATCH_SIZE),
         help=f"texts per request (default: {DEFAULT_BATCH_SIZE})",
     )
-    parser.add_argument(
-        "--json", action="store_true", default=default(False), help="print one JSON object per text"
-    )
+    parser.add_argument("--json", action="store_true", default=default(False), help="print one JSON object per text")
 
 
 def add_generation_flags(parser: argparse.ArgumentParser) -> None:
@@ -138,9 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
             epilog=f"example:\n  {example}",
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        command.add_argument(
-            "texts", nargs="+", metavar="TEXT", help='Chinese text; "-" reads lines from stdin'
-        )
+        command.add_argument("texts", nargs="+", metavar="TEXT", help='Chinese text; "-" reads lines from stdin')
         if ENDPOINTS[name].int_options:
             add_generation_flags(command)
         add_common_flags(command, with_defaults=False)

@@ -84,9 +84,7 @@ class _ClientBase:
         self._call_kwargs = self.transport.call_kwargs(self.timeout_s)
 
     def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(url={self.url!r}, protocol={self.protocol!r}, timeout_s={self.timeout_s})"
-        )
+        return f"{type(self).__name__}(url={self.url!r}, protocol={self.protocol!r}, timeout_s={self.timeout_s})"
 
     def _prepare(self, endpoint: Endpoint[Any], texts: Texts, options: Mapping[str, int | None]) -> _Request:
         batch = normalize_texts(texts)
@@ -128,15 +126,11 @@ class Client(_ClientBase):
         """Positive/negative verdict with its probability, one per text."""
         return self._infer(SENTIMENT, texts, {})
 
-    def translate(
-        self, texts: Texts, max_new_tokens: int | None = None, num_beams: int | None = None
-    ) -> list[str]:
+    def translate(self, texts: Texts, max_new_tokens: int | None = None, num_beams: int | None = None) -> list[str]:
         """Chinese → English, one translation per text."""
         return self._infer(TRANSLATE, texts, _generation_options(max_new_tokens, num_beams))
 
-    def summarize(
-        self, texts: Texts, max_new_tokens: int | None = None, num_beams: int | None = None
-    ) -> list[str]:
+    def summarize(self, texts: Texts, max_new_tokens: int | None = None, num_beams: int | None = None) -> list[str]:
         """Chinese text → one-line Chinese headline, one per text."""
         return self._infer(SUMMARIZE, texts, _generation_options(max_new_tokens, num_beams))
 
@@ -165,9 +159,7 @@ class Client(_ClientBase):
 
         def attempt() -> Any:
             with self._errors():
-                return self._triton.infer(
-                    request.model, request.inputs, outputs=request.outputs, **self._call_kwargs
-                )
+                return self._triton.infer(request.model, request.inputs, outputs=request.outputs, **self._call_kwargs)
 
         return endpoint.decode(call_with_retry(attempt, self.retry), request.rows)
 

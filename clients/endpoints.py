@@ -146,9 +146,7 @@ def text_decoder(output: str) -> Decoder[str]:
 GENERATION_OPTIONS: Mapping[str, str] = {"max_new_tokens": "MAX_NEW_TOKENS", "num_beams": "NUM_BEAMS"}
 
 SENTIMENT: Endpoint[Sentiment] = Endpoint("sentiment", ("LABEL", "SCORE"), decode_sentiment)
-TRANSLATE: Endpoint[str] = Endpoint(
-    "translate", ("TRANSLATION",), text_decoder("TRANSLATION"), GENERATION_OPTIONS
-)
+TRANSLATE: Endpoint[str] = Endpoint("translate", ("TRANSLATION",), text_decoder("TRANSLATION"), GENERATION_OPTIONS)
 SUMMARIZE: Endpoint[str] = Endpoint("summarize", ("SUMMARY",), text_decoder("SUMMARY"), GENERATION_OPTIONS)
 
 ENDPOINTS: Mapping[str, Endpoint[Any]] = {e.model: e for e in (SENTIMENT, TRANSLATE, SUMMARIZE)}

@@ -78,9 +78,7 @@ def _is_connection_failure(error: BaseException) -> bool:
     is in use.
     """
     aiohttp = sys.modules.get("aiohttp")
-    return isinstance(error, OSError) or (
-        aiohttp is not None and isinstance(error, aiohttp.ClientConnectionError)
-    )
+    return isinstance(error, OSError) or (aiohttp is not None and isinstance(error, aiohttp.ClientConnectionError))
 
 
 @contextmanager
