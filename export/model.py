@@ -309,6 +309,23 @@ class SentimentClassifier(nn.Module):
         return self.head(pooled)
 
 
+class MaskedLanguageModel(nn.Module):
+    """Pre-training head for an encoder: predict masked tokens from both sides (BERT's objective).
+
+    Shares the encoder object (and ties the output projection to its token embedding), so after
+    pre-training the same encoder goes into the classifier.
+    """
+
+    def __init__(self, encoder: Encoder) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.bias = nn.Parameter(torch.zeros(encoder.cfg.vocab_size))
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        h = self.encoder(input_ids, attention_mask)  # [B, S, D]
+        return h @ self.encoder.embed.weight.T + self.bias  # [B, S, V]
+
+
 # ---------------------------------------------------------------------------------------------
 # Encoder-decoder (translation, summarization)
 # ---------------------------------------------------------------------------------------------

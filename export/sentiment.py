@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -12,12 +12,33 @@ from torch import nn
 
 from export.checkpoint import CONFIG_FILE, load_weights, read_json, round_to_stored_precision, save_checkpoint
 from export.data import LabelledText, read_sentiment, seeded_split
-from export.model import ModelConfig, SentimentClassifier
-from export.tokenizer import load_tokenizer, train_tokenizer
+from export.model import MaskedLanguageModel, ModelConfig, SentimentClassifier
+from export.tokenizer import UNK_ID, load_tokenizer, train_tokenizer
 from export.training import TrainConfig, length_batches, pad_batch, train
 
 LABELS = ["negative", "positive"]  # index = class id
 TOKENIZER_FILE = "tokenizer.json"
+
+
+def mask_tokens(
+    x: torch.Tensor, mask: torch.Tensor, vocab_size: int, rate: float = 0.15
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """BERT-style masking: 15% of real tokens become targets; of those 80% → [UNK] (our mask
+    token), 10% → a random token, 10% unchanged. Returns (inputs, targets with -100 elsewhere)."""
+    chosen = (torch.rand(x.shape) < rate) & (mask == 1)
+    targets = x.masked_fill(~chosen, -100)
+    roll = torch.rand(x.shape)
+    inputs = x.masked_fill(chosen & (roll < 0.8), UNK_ID)
+    random_ids = torch.randint(4, vocab_size, x.shape)
+    swap = chosen & (roll >= 0.8) & (roll < 0.9)
+    return torch.where(swap, random_ids, inputs), targets
+
+
+def drop_tokens(x: torch.Tensor, mask: torch.Tensor, rate: float) -> torch.Tensor:
+    """Replace a fraction of real tokens by [UNK]: a cheap regularizer for small data."""
+    if rate <= 0:
+        return x
+    return x.masked_fill((torch.rand(x.shape) < rate) & (mask == 1), UNK_ID)
 
 
 def encode(tokenizer, texts: list[str], max_tokens: int) -> list[list[int]]:
@@ -68,6 +89,9 @@ def run(
     state_path: Path | None = None,
     limit: int | None = None,
     command: str = "",
+    cjk_chars: bool = True,
+    pretrain_minutes: float = 0.0,
+    token_dropout: float = 0.0,
 ) -> dict:
     """Train and evaluate; write the checkpoint folder; return the metrics."""
     rows = read_sentiment(data_dir)
@@ -76,7 +100,7 @@ def run(
         train_rows, dev_rows, test_rows = train_rows[:limit], dev_rows[: limit // 4], test_rows[: limit // 4]
     print(f"sentiment: {len(rows)} unique texts → train {len(train_rows)}, dev {len(dev_rows)}, test {len(test_rows)}")
 
-    tokenizer = train_tokenizer((r.text for r in train_rows), vocab_size)
+    tokenizer = train_tokenizer((r.text for r in train_rows), vocab_size, cjk_chars=cjk_chars)
     model_cfg.vocab_size = tokenizer.get_vocab_size()
     model_cfg.num_labels = len(LABELS)
     ids = {
@@ -88,9 +112,30 @@ def run(
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model: {n_params / 1e6:.2f} M parameters, vocab {model_cfg.vocab_size}")
 
+    unlabeled = [x for x in ids["train"] if x]
+    history_mlm: dict = {}
+    if pretrain_minutes > 0:
+        mlm_cfg = replace(train_cfg, max_minutes=pretrain_minutes, max_epochs=100)
+
+        def mlm_loss_fn(m: nn.Module, batch: list[int]) -> torch.Tensor:
+            x, mask = pad_batch([unlabeled[i] for i in batch])
+            inputs, targets = mask_tokens(x, mask, model_cfg.vocab_size)
+            return F.cross_entropy(m(inputs, mask).flatten(0, 1), targets.flatten(), ignore_index=-100)
+
+        print(f"pre-training the encoder (masked tokens) on {len(unlabeled)} texts for {pretrain_minutes} min")
+        history_mlm = train(
+            MaskedLanguageModel(model.encoder),
+            [len(x) for x in unlabeled],
+            mlm_loss_fn,
+            mlm_cfg,
+            state_path=None,
+            desc="pretrain",
+        )
+        train_cfg = replace(train_cfg, max_minutes=train_cfg.max_minutes - history_mlm["minutes"])
+
     def loss_fn(m: nn.Module, batch: list[int]) -> torch.Tensor:
         x, mask = pad_batch([ids["train"][i] or [0] for i in batch])
-        return F.cross_entropy(m(x, mask), labels[batch], label_smoothing=0.05)
+        return F.cross_entropy(m(drop_tokens(x, mask, token_dropout), mask), labels[batch], label_smoothing=0.05)
 
     def evaluate(m: nn.Module) -> dict[str, float]:
         return {"dev_accuracy": classification_metrics(dev_rows, predict(m, ids["dev"]))["all"]["accuracy"]}
@@ -105,6 +150,7 @@ def run(
         "dev": classification_metrics(dev_rows, predict(model, ids["dev"])),
         "test": classification_metrics(test_rows, predict(model, ids["test"])),
         "history": history,
+        "pretraining": history_mlm,
     }
     config = {
         "task": "sentiment",
@@ -112,6 +158,7 @@ def run(
         "model": asdict(model_cfg),
         "labels": LABELS,
         "max_tokens": max_tokens,
+        "tokenizer": "chars" if cjk_chars else "words",
     }
     save_checkpoint(out_dir, model, config, metrics)
     tokenizer.save(str(Path(out_dir) / TOKENIZER_FILE))

@@ -19,18 +19,22 @@ SPECIAL_TOKENS = [PAD, UNK, BOS, EOS]  # ids 0..3, the same in every tokenizer o
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = range(4)
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int, min_frequency: int = 2, lowercase: bool = True) -> Tokenizer:
-    """WordPiece over BERT-normalized text (CJK characters isolated, controls removed).
+def train_tokenizer(
+    texts: Iterable[str], vocab_size: int, min_frequency: int = 2, lowercase: bool = True, cjk_chars: bool = True
+) -> Tokenizer:
+    """WordPiece over BERT-normalized text (controls removed).
 
-    Inputs are lower-cased (fewer rare tokens); an English target keeps its case so that
-    translations come out properly cased.
+    cjk_chars=True isolates every Chinese character (one token each); False lets WordPiece learn
+    multi-character pieces inside runs of Chinese text (words such as 不错, 好吃), which gives a
+    classifier shorter sequences and word-level features. Inputs are lower-cased (fewer rare
+    tokens); an English target keeps its case so that translations come out properly cased.
     """
-    tok = Tokenizer(models.WordPiece(unk_token=UNK, max_input_chars_per_word=100))
+    tok = Tokenizer(models.WordPiece(unk_token=UNK, max_input_chars_per_word=200))
     tok.normalizer = normalizers.Sequence(
         [
             normalizers.NFKC(),
             normalizers.BertNormalizer(
-                clean_text=True, handle_chinese_chars=True, strip_accents=False, lowercase=lowercase
+                clean_text=True, handle_chinese_chars=cjk_chars, strip_accents=False, lowercase=lowercase
             ),
         ]
     )

@@ -45,6 +45,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--d-ff", type=int, default=1024)
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--vocab-size", type=int, default=8000, help="sentiment tokenizer size")
+    p.add_argument(
+        "--tokenizer",
+        choices=["chars", "words"],
+        default="chars",
+        help="sentiment: one token per Chinese character, or learned multi-character pieces",
+    )
+    p.add_argument(
+        "--pretrain-minutes",
+        type=float,
+        default=0.0,
+        help="sentiment: first pre-train the encoder with masked tokens on the training texts (part of --minutes)",
+    )
+    p.add_argument("--token-dropout", type=float, default=0.0, help="sentiment: share of tokens replaced by [UNK]")
     p.add_argument("--max-tokens", type=int, default=128, help="sentiment texts are truncated to this")
     p.add_argument("--seed", type=int, default=13)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = all cores)")
@@ -81,7 +94,18 @@ def main(argv: list[str] | None = None) -> int:
         from export import sentiment
 
         sentiment.run(
-            args.data_dir, out, model_cfg, train_cfg, args.vocab_size, args.max_tokens, state, args.limit, command
+            args.data_dir,
+            out,
+            model_cfg,
+            train_cfg,
+            args.vocab_size,
+            args.max_tokens,
+            state,
+            args.limit,
+            command,
+            cjk_chars=args.tokenizer == "chars",
+            pretrain_minutes=args.pretrain_minutes,
+            token_dropout=args.token_dropout,
         )
     else:
         from export import seq2seq

@@ -87,3 +87,30 @@ def test_tiny_training_run_writes_a_servable_checkpoint(fake_data_dir, tmp_path)
     assert build_repository.build(out.parent, repo) == []  # unchanged checkpoint: nothing to do
     model, config, tokenizer = sentiment.load(out)
     assert config["labels"] == ["negative", "positive"] and tokenizer.get_vocab_size() <= 200
+
+
+def test_masked_token_pretraining_and_word_tokenizer(fake_data_dir, tmp_path):
+    out = tmp_path / "ck"
+    argv = ["sentiment", "--data-dir", str(fake_data_dir), "--out", str(out), "--state", str(tmp_path / "st.pt")]
+    argv += ["--epochs", "2", "--minutes", "1", "--pretrain-minutes", "0.05", "--token-dropout", "0.1"]
+    argv += ["--tokenizer", "words", "--d-model", "32", "--layers", "1", "--heads", "2", "--d-ff", "64"]
+    assert train_main(argv) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["pretraining"]["epochs"], "the masked-token stage ran"
+    config = json.loads((out / "config.json").read_text())
+    assert config["tokenizer"] == "words"
+
+
+def test_mask_tokens_only_touches_real_tokens():
+    import torch
+
+    from export.sentiment import mask_tokens
+
+    x = torch.randint(4, 50, (8, 32))
+    mask = torch.ones_like(x)
+    mask[:, 20:] = 0
+    inputs, targets = mask_tokens(x, mask, vocab_size=50, rate=0.5)
+    assert (targets[:, 20:] == -100).all() and (inputs[:, 20:] == x[:, 20:]).all()
+    chosen = targets != -100
+    assert 0.3 < chosen[:, :20].float().mean() < 0.7
+    assert (targets[chosen] == x[chosen]).all()
