@@ -7,7 +7,7 @@ NGC_ORT    := .cache/ort-ngc
 NGC_ORT_VERSION := 1.19.2
 DATA_DIR   ?= ../shared/data
 
-.PHONY: help venv repository serve test lint train-sentiment clean
+.PHONY: help venv repository serve test lint train-sentiment clean loadtest compose-config kubernetes-validate
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 20
@@ -44,3 +44,32 @@ train-sentiment: venv  ## train the sentiment model (≤ 30 min on 2 cores) into
 clean:  ## remove built ONNX files and caches (keeps .venv)
 	rm -rf model_repository/*/1/*.onnx model_repository/*/1/tokenizer.json model_repository/*/1/config.json \
 	       model_repository/.built.json .pytest_cache .ruff_cache
+
+# ---- operate: load test, deployment checks ----------------------------------------------------------------
+HOST              ?= http://127.0.0.1:8000
+GRPC_HOST         ?=
+USERS             ?= 8
+SPAWN_RATE        ?= 0
+DURATION          ?= 30s
+MIX               ?= sentiment:6,translate:3,summarize:1
+PROTOCOLS         ?= grpc,http
+MAX_NEW_TOKENS    ?= 0
+NUM_BEAMS         ?= 0
+MAX_FAILURE_RATIO ?= 0.01
+MAX_P99_MS        ?= 10000
+RESULTS           ?= loadtest/results
+COMPOSE           ?= docker-compose
+
+loadtest: venv  ## locust against a running server (make serve); HOST USERS DURATION MIX MAX_FAILURE_RATIO MAX_P99_MS
+	$(PY) -m loadtest.run --host "$(HOST)" --grpc-host "$(GRPC_HOST)" --users $(USERS) --spawn-rate $(SPAWN_RATE) \
+	  --duration $(DURATION) --mix "$(MIX)" --protocols "$(PROTOCOLS)" --data-dir "$(DATA_DIR)" \
+	  --max-new-tokens $(MAX_NEW_TOKENS) --num-beams $(NUM_BEAMS) \
+	  --max-failure-ratio $(MAX_FAILURE_RATIO) --max-p99-ms $(MAX_P99_MS) --results-dir "$(RESULTS)"
+
+compose-config:  ## validate docker-compose.yml for every profile (docker-compose 1.29 config; no engine needed)
+	$(COMPOSE) -f docker-compose.yml config --quiet
+	$(COMPOSE) -f docker-compose.yml --profile gpu --profile loadtest config --quiet
+	$(COMPOSE) -f docker-compose.yml --profile cpu --profile loadtest config --quiet
+
+kubernetes-validate: venv  ## validate deploy/k8s manifests offline (kubernetes-validate, schemas shipped in the wheel)
+	$(PY) deploy/validate.py

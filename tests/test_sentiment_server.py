@@ -132,7 +132,7 @@ def test_bad_requests_do_not_spoil_their_batch(triton):
     for i in range(24):
         inp = grpcclient.InferInput("TEXT", [1, 1], "BYTES")
         inp.set_data_from_numpy(bad if i % 3 == 0 else good)
-        c.async_infer("sentiment", [inp], callback=lambda r, e, i=i: callback(i, r, e))
+        c.async_infer("sentiment", [inp], callback=lambda result, error, i=i: callback(i, result, error))
     deadline = 60
     import time
 

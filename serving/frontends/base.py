@@ -20,35 +20,47 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
+from serving.frontends.metrics import FrontMetrics
+
 TEXT_INPUT = "TEXT"
 PAD_MULTIPLE = 8
 UNK_ID = 1  # export.tokenizer.UNK_ID; not imported so the serving image needs no torch
 
 
 class InputError(ValueError):
-    """A problem with what the client sent; its message is returned to the client as INVALID_ARGUMENT."""
+    """A problem with what the client sent; its message is returned to the client as INVALID_ARGUMENT.
+
+    ``reason`` is a short fixed label for the ``ropeserve_rejected_requests_total`` metric
+    (one of :data:`serving.frontends.metrics.REJECT_REASONS`); the message holds the details.
+    """
+
+    def __init__(self, message: str, reason: str = "invalid_input") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 def decode_texts(raw: np.ndarray, name: str = TEXT_INPUT) -> list[str]:
     """BYTES tensor [N, 1] → N Python strings, refusing invalid UTF-8 and empty text."""
     arr = np.asarray(raw)
     if arr.dtype != np.object_:
-        raise InputError(f"{name} must be BYTES (UTF-8 text), got {arr.dtype}")
+        raise InputError(f"{name} must be BYTES (UTF-8 text), got {arr.dtype}", "bad_datatype")
     if arr.ndim != 2 or arr.shape[1] != 1:
-        raise InputError(f"{name} must have shape [batch, 1], got {list(arr.shape)}")
+        raise InputError(f"{name} must have shape [batch, 1], got {list(arr.shape)}", "bad_shape")
     texts = []
     for i, item in enumerate(arr[:, 0]):
         if isinstance(item, bytes | bytearray):
             try:
                 text = bytes(item).decode("utf-8")
             except UnicodeDecodeError as err:
-                raise InputError(f"{name}[{i}] is not valid UTF-8 ({err.reason} at byte {err.start})") from None
+                raise InputError(
+                    f"{name}[{i}] is not valid UTF-8 ({err.reason} at byte {err.start})", "invalid_utf8"
+                ) from None
         elif isinstance(item, str):
             text = item
         else:
-            raise InputError(f"{name}[{i}] must be UTF-8 bytes, got {type(item).__name__}")
+            raise InputError(f"{name}[{i}] must be UTF-8 bytes, got {type(item).__name__}", "bad_datatype")
         if not has_readable_char(text):
-            raise InputError(f"{name}[{i}] is empty, whitespace-only or holds only control characters")
+            raise InputError(f"{name}[{i}] is empty, whitespace-only or holds only control characters", "empty_text")
         texts.append(text)
     return texts
 
@@ -65,13 +77,17 @@ def decode_int_option(raw: np.ndarray | None, name: str, rows: int, default: int
         return default
     arr = np.asarray(raw)
     if arr.size not in (1, rows):
-        raise InputError(f"{name} must hold one value per text (shape [{rows}, 1]), got shape {list(arr.shape)}")
+        raise InputError(
+            f"{name} must hold one value per text (shape [{rows}, 1]), got shape {list(arr.shape)}", "bad_shape"
+        )
     values = set(arr.reshape(-1).tolist())
     if len(values) != 1:
-        raise InputError(f"{name} must be the same for every text of a request, got {sorted(values)}")
+        raise InputError(
+            f"{name} must be the same for every text of a request, got {sorted(values)}", "option_mismatch"
+        )
     value = int(values.pop())
     if not low <= value <= high:
-        raise InputError(f"{name} must be between {low} and {high}, got {value}")
+        raise InputError(f"{name} must be between {low} and {high}, got {value}", "option_out_of_range")
     return value
 
 
@@ -138,7 +154,9 @@ class FrontModel:
     """Template for a front model; subclasses say how to parse options and how to run a group.
 
     `pb` is the `triton_python_backend_utils` module, passed in because it only exists inside
-    the Python backend stub.
+    the Python backend stub. `self.metrics` reports to Triton's custom metrics (see
+    :mod:`serving.frontends.metrics`); subclasses tokenize through :meth:`encode` so input tokens and
+    truncations are counted, and report generated tokens themselves.
     """
 
     outputs: tuple[str, ...] = ()
@@ -147,6 +165,14 @@ class FrontModel:
         self.pb = pb
         self.model_config = json.loads(args["model_config"])
         self.task_config, self.asset_dir = read_assets(args)
+        name = self.model_config.get("name", args.get("model_name", "unknown"))
+        self.metrics = FrontMetrics(pb, name, args.get("model_instance_name", name))
+
+    def encode(self, tokenizer: BatchTokenizer, texts: Sequence[str], suffix: Sequence[int] = ()) -> Encoded:
+        """`tokenizer.encode`, counted in the input-token and truncation metrics."""
+        batch = tokenizer.encode(texts, suffix)
+        self.metrics.encoded(batch.lengths, batch.truncated)
+        return batch
 
     # -- task specific -------------------------------------------------------------------
     def parse_options(self, request: Any, rows: int) -> tuple:
@@ -160,16 +186,19 @@ class FrontModel:
     def execute(self, requests: list[Any]) -> list[Any]:
         responses: list[Any] = [None] * len(requests)
         groups: dict[tuple, list[Job]] = {}
+        self.metrics.requests(len(requests))
         for i, request in enumerate(requests):
             try:
                 tensor = self.pb.get_input_tensor_by_name(request, TEXT_INPUT)
                 if tensor is None:
-                    raise InputError(f"missing required input {TEXT_INPUT}")
+                    raise InputError(f"missing required input {TEXT_INPUT}", "missing_input")
                 texts = decode_texts(tensor.as_numpy())
                 job = Job(i, texts, self.parse_options(request, len(texts)))
                 groups.setdefault(job.options, []).append(job)
             except InputError as err:
                 responses[i] = self.error_response(str(err))
+                self.metrics.rejected(err.reason)
+        self.metrics.batch(sum(len(job.texts) for jobs in groups.values() for job in jobs))
         for options, jobs in groups.items():
             texts = [t for job in jobs for t in job.texts]
             try:
@@ -177,10 +206,12 @@ class FrontModel:
             except InputError as err:  # a group-level problem: tell each request of the group
                 for job in jobs:
                     responses[job.index] = self.error_response(str(err))
+                    self.metrics.rejected(err.reason)
                 continue
             except Exception as err:  # noqa: BLE001 - a server fault must answer, not hang the client
                 for job in jobs:
                     responses[job.index] = self.error_response(f"internal error: {err}", invalid=False)
+                    self.metrics.rejected("internal_error")
                 continue
             start = 0
             for job in jobs:

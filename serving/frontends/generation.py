@@ -47,7 +47,7 @@ class GenerationFront(FrontModel):
 
     def run_group(self, texts: list[str], options: tuple) -> list[tuple]:
         new_tokens, beams = options
-        batch = self.source.encode(texts, suffix=[EOS_ID])
+        batch = self.encode(self.source, texts, suffix=[EOS_ID])
         feeds = {
             "input_ids": batch.ids.astype(np.int32),
             "attention_mask": batch.mask.astype(np.int32),
@@ -55,4 +55,6 @@ class GenerationFront(FrontModel):
             "num_beams": np.array([beams], dtype=np.int32),
         }
         sequences = self.bls(self.generator, feeds, ["sequences"])["sequences"]  # [B, 1, L]
-        return [(detokenize(self.target, strip_generated(row[0])[:new_tokens]),) for row in sequences]
+        generated = [strip_generated(row[0])[:new_tokens] for row in sequences]
+        self.metrics.generated(sum(len(tokens) for tokens in generated))
+        return [(detokenize(self.target, tokens),) for tokens in generated]

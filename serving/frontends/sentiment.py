@@ -32,6 +32,6 @@ class SentimentFront(FrontModel):
         self.tokenizer = BatchTokenizer.from_file(self.asset_dir / "tokenizer.json", self.task_config["max_tokens"])
 
     def run_group(self, texts: list[str], options: tuple) -> list[tuple]:
-        batch = self.tokenizer.encode(texts)
+        batch = self.encode(self.tokenizer, texts)
         logits = self.bls(ENCODER, {"input_ids": batch.ids, "attention_mask": batch.mask}, ["logits"])["logits"]
         return label_and_score(logits, self.labels)
