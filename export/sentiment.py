@@ -13,7 +13,7 @@ from torch import nn
 from export.checkpoint import CONFIG_FILE, load_weights, read_json, round_to_stored_precision, save_checkpoint
 from export.data import LabelledText, read_sentiment, seeded_split
 from export.model import MaskedLanguageModel, ModelConfig, SentimentClassifier
-from export.tokenizer import UNK_ID, load_tokenizer, train_tokenizer
+from export.tokenizer import UNK_ID, load_tokenizer, train_or_resume, train_tokenizer
 from export.training import TrainConfig, length_batches, pad_batch, train
 
 LABELS = ["negative", "positive"]  # index = class id
@@ -100,7 +100,10 @@ def run(
         train_rows, dev_rows, test_rows = train_rows[:limit], dev_rows[: limit // 4], test_rows[: limit // 4]
     print(f"sentiment: {len(rows)} unique texts → train {len(train_rows)}, dev {len(dev_rows)}, test {len(test_rows)}")
 
-    tokenizer = train_tokenizer((r.text for r in train_rows), vocab_size, cjk_chars=cjk_chars)
+    tokenizer = train_or_resume(
+        Path(state_path).parent / TOKENIZER_FILE if state_path else None,
+        lambda: train_tokenizer((r.text for r in train_rows), vocab_size, cjk_chars=cjk_chars),
+    )
     model_cfg.vocab_size = tokenizer.get_vocab_size()
     model_cfg.num_labels = len(LABELS)
     ids = {

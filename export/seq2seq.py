@@ -21,7 +21,7 @@ from export.checkpoint import CONFIG_FILE, load_weights, read_json, round_to_sto
 from export.data import Pair, read_summarization, read_translation, seeded_split
 from export.metrics import bleu_chrf, lead_baseline, rouge_chars
 from export.model import ModelConfig, Seq2Seq
-from export.tokenizer import BOS_ID, EOS_ID, detokenize, load_tokenizer, train_tokenizer
+from export.tokenizer import BOS_ID, EOS_ID, detokenize, load_tokenizer, train_or_resume, train_tokenizer
 from export.training import TrainConfig, length_batches, pad_batch, train
 
 SOURCE_TOKENIZER, TARGET_TOKENIZER = "tokenizer.json", "target_tokenizer.json"
@@ -114,14 +114,23 @@ def run(
         test_pairs = test_pairs[:eval_limit]
     print(f"{task.name}: train {len(train_pairs)}, dev {len(dev_pairs)}, test {len(test_pairs)}")
 
-    src_tok = train_tokenizer(
-        (t for p in train_pairs for t in ((p.source, p.target) if task.shared_vocab else (p.source,))),
-        task.source_vocab,
+    folder = Path(state_path).parent if state_path else None
+    src_tok = train_or_resume(
+        folder / SOURCE_TOKENIZER if folder else None,
+        lambda: train_tokenizer(
+            (t for p in train_pairs for t in ((p.source, p.target) if task.shared_vocab else (p.source,))),
+            task.source_vocab,
+        ),
     )
     tgt_tok = (
         src_tok
         if task.shared_vocab
-        else train_tokenizer((p.target for p in train_pairs), task.target_vocab, lowercase=task.lowercase_target)
+        else train_or_resume(
+            folder / TARGET_TOKENIZER if folder else None,
+            lambda: train_tokenizer(
+                (p.target for p in train_pairs), task.target_vocab, lowercase=task.lowercase_target
+            ),
+        )
     )
     model_cfg.vocab_size = src_tok.get_vocab_size()
     model_cfg.tgt_vocab_size = tgt_tok.get_vocab_size()

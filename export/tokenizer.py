@@ -10,7 +10,8 @@ them becomes empty, which the serving layer reports as an error.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
@@ -49,6 +50,21 @@ def train_tokenizer(
 
 def load_tokenizer(path: str) -> Tokenizer:
     return Tokenizer.from_file(str(path))
+
+
+def train_or_resume(path: Path | None, train: Callable[[], Tokenizer]) -> Tokenizer:
+    """The tokenizer saved at `path` if there is one, else a newly trained one saved there.
+
+    WordPiece training is not deterministic in its id order, so a resumed training run must reuse
+    the tokenizer its weights were trained with; it is kept beside the resumable state file.
+    """
+    if path is not None and Path(path).exists():
+        return load_tokenizer(str(path))
+    tokenizer = train()
+    if path is not None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        tokenizer.save(str(path))
+    return tokenizer
 
 
 _APOSTROPHE = re.compile(r"(\w) ' (\w)")  # "Don ' t" → "Don't"
