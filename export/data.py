@@ -147,3 +147,57 @@ def read_summarization(data_dir: Path = DEFAULT_DATA_DIR) -> tuple[list[Pair], l
             train.append(pair)
     test = [p for p in read("lcsts_val.tsv") if normalize_key(p.source) not in seen]
     return train, test
+
+
+# Negation templates: short synthetic reviews that pair a sentiment word with a negator, so the
+# classifier sees "不差" (not bad → positive) and "一点也不好" (not good at all → negative) often
+# enough to learn them. Review corpora rarely contain such pairs, and the seed documents single
+# this case out (这部电影不差 is not negative). Added to the training split only.
+NEGATION_SUBJECTS = [
+    "这家店",
+    "这部片子",
+    "这个酒店",
+    "菜",
+    "味道",
+    "房间",
+    "质量",
+    "这本书",
+    "快递",
+    "价格",
+    "环境",
+    "服务态度",
+    "前台",
+    "外卖",
+    "早餐",
+    "这款手机",
+    "这次体验",
+    "老板",
+    "电影",
+    "包装",
+    "口感",
+    "音效",
+    "位置",
+    "性价比",
+]
+NEGATIVE_WORDS = ["差", "坏", "糟糕", "难吃", "难看", "慢", "脏", "吵", "烂", "贵", "差劲", "失望"]
+POSITIVE_WORDS = ["好", "好吃", "好看", "干净", "满意", "快", "值", "舒服", "方便", "热情", "新鲜", "划算"]
+NEGATORS_FLIP_NEGATIVE = ["不{w}", "并不{w}", "一点也不{w}", "真的不{w}", "其实不{w}", "也不{w}", "不算{w}"]
+NEGATORS_FLIP_POSITIVE = ["不{w}", "一点也不{w}", "并不{w}", "不太{w}", "很不{w}", "真的不{w}", "一点都不{w}"]
+
+
+def negation_examples(exclude: set[str] = frozenset()) -> list[LabelledText]:
+    """All template combinations (≈ 4,000), minus texts in `exclude` (e.g. the sentences a test
+    checks, so the test measures generalization rather than recall)."""
+    out = []
+    excluded = {normalize_key(t) for t in exclude}
+    for subject in NEGATION_SUBJECTS:
+        for words, negators, label in (
+            (NEGATIVE_WORDS, NEGATORS_FLIP_NEGATIVE, 1),
+            (POSITIVE_WORDS, NEGATORS_FLIP_POSITIVE, 0),
+        ):
+            for word in words:
+                for negator in negators:
+                    text = subject + negator.format(w=word)
+                    if normalize_key(text) not in excluded:
+                        out.append(LabelledText(text, label, "negation_templates"))
+    return out

@@ -11,12 +11,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from export.checkpoint import CONFIG_FILE, load_weights, read_json, round_to_stored_precision, save_checkpoint
-from export.data import LabelledText, read_sentiment, seeded_split
+from export.data import LabelledText, negation_examples, read_sentiment, seeded_split
 from export.model import MaskedLanguageModel, ModelConfig, SentimentClassifier
 from export.tokenizer import UNK_ID, load_tokenizer, train_or_resume, train_tokenizer
 from export.training import TrainConfig, length_batches, pad_batch, train
 
 LABELS = ["negative", "positive"]  # index = class id
+# Sentences the integration tests check; never part of the synthetic training templates.
+NEGATION_PROBES = ["这部电影不差", "服务一点也不好"]
 TOKENIZER_FILE = "tokenizer.json"
 
 
@@ -92,12 +94,18 @@ def run(
     cjk_chars: bool = True,
     pretrain_minutes: float = 0.0,
     token_dropout: float = 0.0,
+    negation_templates: bool = False,
 ) -> dict:
     """Train and evaluate; write the checkpoint folder; return the metrics."""
     rows = read_sentiment(data_dir)
     train_rows, dev_rows, test_rows = seeded_split(rows, key=lambda r: r.text)
     if limit:
         train_rows, dev_rows, test_rows = train_rows[:limit], dev_rows[: limit // 4], test_rows[: limit // 4]
+    n_synthetic = 0
+    if negation_templates:
+        synthetic = negation_examples(exclude=set(NEGATION_PROBES))
+        n_synthetic = len(synthetic)
+        train_rows = train_rows + synthetic
     print(f"sentiment: {len(rows)} unique texts → train {len(train_rows)}, dev {len(dev_rows)}, test {len(test_rows)}")
 
     tokenizer = train_or_resume(
@@ -149,6 +157,7 @@ def run(
         "task": "sentiment",
         "command": command,
         "parameters": n_params,
+        "negation_templates": n_synthetic,
         "splits": {"train": len(train_rows), "dev": len(dev_rows), "test": len(test_rows), "seed": train_cfg.seed},
         "dev": classification_metrics(dev_rows, predict(model, ids["dev"])),
         "test": classification_metrics(test_rows, predict(model, ids["test"])),

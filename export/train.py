@@ -58,6 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="sentiment: first pre-train the encoder with masked tokens on the training texts (part of --minutes)",
     )
     p.add_argument("--token-dropout", type=float, default=0.0, help="sentiment: share of tokens replaced by [UNK]")
+    p.add_argument(
+        "--negation-templates",
+        action="store_true",
+        help="sentiment: add synthetic negation reviews (不差 → positive, 一点也不好 → negative) to training",
+    )
     p.add_argument("--max-tokens", type=int, default=128, help="sentiment texts are truncated to this")
     p.add_argument("--seed", type=int, default=13)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = all cores)")
@@ -106,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             cjk_chars=args.tokenizer == "chars",
             pretrain_minutes=args.pretrain_minutes,
             token_dropout=args.token_dropout,
+            negation_templates=args.negation_templates,
         )
     else:
         from export import seq2seq

@@ -114,3 +114,13 @@ def test_mask_tokens_only_touches_real_tokens():
     chosen = targets != -100
     assert 0.3 < chosen[:, :20].float().mean() < 0.7
     assert (targets[chosen] == x[chosen]).all()
+
+
+def test_negation_templates_flip_the_polarity_word_and_skip_probes():
+    from export.data import negation_examples
+
+    rows = negation_examples(exclude={"这家店不差"})
+    texts = {r.text: r.label for r in rows}
+    assert "这家店不差" not in texts
+    assert texts["这家店一点也不差"] == 1 and texts["这家店一点也不好"] == 0
+    assert {r.source for r in rows} == {"negation_templates"}
