@@ -110,6 +110,8 @@ def run(options: ServerOptions) -> int:
         _say("cannot serve the model repository:\n  " + "\n  ".join(problems))
         return 2
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM takes the Ctrl-C path below
+    # A shell starting us in the background sets SIGINT to "ignore"; Ctrl-C / kill -INT must still stop us.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     server = EmbeddedTriton(options)
     try:
         server.start()
