@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
+from export.tokenizer import UNK_ID  # torch-free, like the rest of the front models' imports
 from serving.frontends.metrics import FrontMetrics
 
 TEXT_INPUT = "TEXT"
 PAD_MULTIPLE = 8
-UNK_ID = 1  # export.tokenizer.UNK_ID; not imported so the serving image needs no torch
 
 
 class InputError(ValueError):
