@@ -22,6 +22,7 @@ MultiHeadAttention's past/present tensors and of ONNX Runtime's BeamSearch op.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import asdict, dataclass, fields
 
@@ -30,6 +31,23 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 MS_DOMAIN_VERSION = 1
+_EMIT_FUSED_OPS = True
+
+
+def emits_fused_ops() -> bool:
+    """True while exporting to ONNX with fused operators (the default); False in eager or decomposed export."""
+    return _EMIT_FUSED_OPS and torch.onnx.is_in_onnx_export()
+
+
+@contextlib.contextmanager
+def decomposed_attention():
+    """Export plain ONNX ops (MatMul, Softmax, …) instead of the fused ones: the benchmarks' baseline."""
+    global _EMIT_FUSED_OPS
+    saved, _EMIT_FUSED_OPS = _EMIT_FUSED_OPS, False
+    try:
+        yield
+    finally:
+        _EMIT_FUSED_OPS = saved
 
 
 @dataclass
@@ -96,7 +114,7 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, offset: int | Tensor = 0) ->
     The half-split ("rotate half", non-interleaved) layout is what ORT's RotaryEmbedding
     computes with interleaved=0.
     """
-    if torch.onnx.is_in_onnx_export():
+    if emits_fused_ops():
         # torch.full keeps a symbolic offset (the KV-cache length) dynamic; as_tensor would freeze it.
         if isinstance(offset, Tensor):
             position = offset.reshape(1).to(torch.int64)
@@ -145,7 +163,7 @@ def fused_attention(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor, n
     q: [B, S, D]; k, v: [B, T, D]; key_padding_mask: [B, T] (1 = real token, 0 = padding).
     Returns [B, S, D]. In export this is one `com.microsoft::MultiHeadAttention` node.
     """
-    if torch.onnx.is_in_onnx_export():
+    if emits_fused_ops():
         return torch.onnx.ops.symbolic(
             "com.microsoft::MultiHeadAttention",
             (q, k, v, None, key_padding_mask.to(torch.int32)),
@@ -170,7 +188,7 @@ def cross_attention(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor, n
     padding mask is an additive bias [B, H, T, S]: ORT 1.19's CPU kernel ignores key_padding_mask
     when the query and key lengths differ (measured), the bias works in 1.19 and 1.31.
     """
-    if torch.onnx.is_in_onnx_export():
+    if emits_fused_ops():
         b, t, _ = q.shape
         padded = (key_padding_mask == 0).to(q.dtype)[:, None, None, :]  # [B, 1, 1, S]
         bias = (padded * MASK_FILTER_VALUE).expand(b, n_heads, t, k.shape[2])  # 1.19 wants all four dims
@@ -199,7 +217,7 @@ def causal_attention(
     """
     b, t, d = q.shape
     dh = d // n_heads
-    if torch.onnx.is_in_onnx_export():
+    if emits_fused_ops():
         past_len = 0 if past is None else past[0].shape[2]
         present_shape = (b, n_heads, past_len + t, dh)
         inputs = (q, k, v) if past is None else (q, k, v, None, None, None, past[0], past[1])
