@@ -1,7 +1,8 @@
 """Build the Triton model repository from the committed checkpoints.
 
 `python -m export.build_repository` exports each checkpoint to ONNX
-(`sentiment_encoder`, `translate_generator`, `summarize_generator` under
+(`sentiment_encoder`, `translate_generator`, `summarize_generator`, and the explain models
+`sentiment_attention`, `translate_attention` under
 `model_repository/<model>/1/model.onnx`) and copies the tokenizers and task config next to the
 front model. A stamp file records the checkpoint hashes, so an unchanged checkpoint is
 not exported again (`--force` rebuilds).
@@ -62,12 +63,30 @@ def build_seq2seq(task: str) -> Callable[[Path, Path], list[Path]]:
     return builder
 
 
+def build_explain(task: str) -> Callable[[Path, Path], list[Path]]:
+    """`<task>_explain`: the attention-returning ONNX model (export/explain_export.py) and the task's assets."""
+
+    def builder(checkpoint: Path, repository: Path) -> list[Path]:
+        from export.explain_export import export_explainer
+
+        front = f"{task}_explain"
+        onnx_path = export_explainer(task, checkpoint, repository / ONNX_MODEL[front] / "1" / "model.onnx")
+        assets = [n for n in ("tokenizer.json", "target_tokenizer.json", "config.json") if (checkpoint / n).exists()]
+        return [onnx_path, *copy_assets(checkpoint, repository / front / "1", assets)]
+
+    return builder
+
+
 # public front model → the ONNX model it calls
 ONNX_MODEL = {"sentiment": "sentiment_encoder", "translate": "translate_generator", "summarize": "summarize_generator"}
+ONNX_MODEL |= {"sentiment_explain": "sentiment_attention", "translate_explain": "translate_attention"}
+CHECKPOINT = {"sentiment_explain": "sentiment", "translate_explain": "translate"}  # front model → checkpoint folder
 BUILDERS = {
     "sentiment": build_sentiment,
     "translate": build_seq2seq("translate"),
     "summarize": build_seq2seq("summarize"),
+    "sentiment_explain": build_explain("sentiment"),
+    "translate_explain": build_explain("translate"),
 }
 
 
@@ -79,7 +98,7 @@ def build(checkpoints: Path, repository: Path, tasks: list[str] | None = None, f
     for task, builder in BUILDERS.items():
         if tasks and task not in tasks:
             continue
-        folder = checkpoints / task
+        folder = checkpoints / CHECKPOINT.get(task, task)
         if not (folder / "model.safetensors").exists():
             print(f"skip {task}: no checkpoint at {folder}")
             continue

@@ -14,7 +14,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from export.tokenizer import EOS_ID, detokenize, strip_generated
-from serving.frontends.base import BatchTokenizer, FrontModel, decode_int_option
+from serving.frontends.base import BatchTokenizer, Encoded, FrontModel, decode_int_option
 
 MAX_BEAMS = 8
 DEFAULT_BEAMS = 4
@@ -46,6 +46,11 @@ class GenerationFront(FrontModel):
         return (new_tokens, beams)
 
     def run_group(self, texts: list[str], options: tuple) -> list[tuple]:
+        _, generated = self.generate(texts, options)
+        return [(detokenize(self.target, tokens),) for tokens in generated]
+
+    def generate(self, texts: list[str], options: tuple) -> tuple[Encoded, list[list[int]]]:
+        """The encoded sources and the generated token ids (no bos/eos) per text: one generator call."""
         new_tokens, beams = options
         batch = self.encode(self.source, texts, suffix=[EOS_ID])
         feeds = {
@@ -57,4 +62,4 @@ class GenerationFront(FrontModel):
         sequences = self.bls(self.generator, feeds, ["sequences"])["sequences"]  # [B, 1, L]
         generated = [strip_generated(row[0])[:new_tokens] for row in sequences]
         self.metrics.generated(sum(len(tokens) for tokens in generated))
-        return [(detokenize(self.target, tokens),) for tokens in generated]
+        return batch, generated

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from serving.frontends.base import BatchTokenizer, FrontModel
+from serving.frontends.base import BatchTokenizer, Encoded, FrontModel
 
 ENCODER = "sentiment_encoder"
 
@@ -32,6 +32,9 @@ class SentimentFront(FrontModel):
         self.tokenizer = BatchTokenizer.from_file(self.asset_dir / "tokenizer.json", self.task_config["max_tokens"])
 
     def run_group(self, texts: list[str], options: tuple) -> list[tuple]:
-        batch = self.encode(self.tokenizer, texts)
+        return self.classify(self.encode(self.tokenizer, texts))
+
+    def classify(self, batch: Encoded) -> list[tuple[str, float]]:
+        """(label, score) per row of an encoded batch: one call of the fast encoder."""
         logits = self.bls(ENCODER, {"input_ids": batch.ids, "attention_mask": batch.mask}, ["logits"])["logits"]
         return label_and_score(logits, self.labels)

@@ -1,0 +1,16 @@
+"""Triton front model `sentiment_explain`; the logic lives in serving.frontends.explain."""
+
+import triton_python_backend_utils as pb_utils
+
+from serving.frontends.explain import SentimentExplainFront
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.front = SentimentExplainFront(pb_utils, args)
+
+    def execute(self, requests):
+        return self.front.execute(requests)
+
+    def finalize(self):
+        self.front = None
