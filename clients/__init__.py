@@ -7,6 +7,16 @@ and `python -m clients --help` for the command line.
 from .client import AsyncClient, Client
 from .endpoints import Sentiment
 from .errors import ClientError, ServerUnreachable
+from .explain import SentimentAttention, TranslationAlignment
 from .retry import RetryPolicy
 
-__all__ = ["AsyncClient", "Client", "ClientError", "RetryPolicy", "Sentiment", "ServerUnreachable"]
+__all__ = [
+    "AsyncClient",
+    "Client",
+    "ClientError",
+    "RetryPolicy",
+    "Sentiment",
+    "SentimentAttention",
+    "ServerUnreachable",
+    "TranslationAlignment",
+]

@@ -8,16 +8,20 @@ sub-command, because people type both.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict
 from typing import Any, TextIO
 
 from .client import Client
 from .endpoints import ENDPOINTS, Sentiment
 from .errors import ClientError, ServerUnreachable
+from .explain_cli import EXAMPLE as EXPLAIN_EXAMPLE
+from .explain_cli import add_explain_parser, explain_lines
+from .heatmap import HeatmapUnavailable
 from .retry import RetryPolicy
 from .transport import DEFAULT_TIMEOUT_S, TRANSPORTS
 
@@ -48,7 +52,7 @@ output: one line per text in input order; --json prints one JSON object per line
 exit codes: 0 ok, 1 the server rejected a request or timed out, 2 bad command line, 3 server unreachable.
 
 examples:
-""" + "\n".join(f"  {example}" for _, example in COMMANDS.values())
+""" + "\n".join(f"  {example}" for example in [*(e for _, e in COMMANDS.values()), EXPLAIN_EXAMPLE])
 
 
 def positive_int(value: str) -> int:
@@ -120,7 +124,7 @@ def add_generation_flags(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m clients",
-        description="Call the ropeserve Triton models: sentiment, translate, summarize.",
+        description="Call the ropeserve Triton models: sentiment, translate, summarize, and explain their attention.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -138,6 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
         if ENDPOINTS[name].int_options:
             add_generation_flags(command)
         add_common_flags(command, with_defaults=False)
+    explain = add_explain_parser(commands)
+    add_generation_flags(explain)
+    add_common_flags(explain, with_defaults=False)
     return parser
 
 
@@ -166,7 +173,13 @@ def run_task(
     client: Any, task: str, texts: Sequence[str], options: dict[str, int | None], batch_size: int
 ) -> Iterator[tuple[str, Any]]:
     """(text, result) pairs, one request per `batch_size` texts, yielded as each request completes."""
-    call = getattr(client, task)
+    return run_batches(getattr(client, task), texts, options, batch_size)
+
+
+def run_batches(
+    call: Callable[..., list[Any]], texts: Sequence[str], options: dict[str, int | None], batch_size: int
+) -> Iterator[tuple[str, Any]]:
+    """`run_task` for any client method that takes a batch of texts and keyword options."""
     for batch in chunks(texts, batch_size):
         yield from zip(batch, call(list(batch), **options), strict=True)
 
@@ -199,6 +212,16 @@ def one_line_error(error: ClientError, task: str, url: str) -> tuple[str, int]:
     return f"error: {task} failed: {' '.join(str(error).split())}", EXIT_REQUEST_FAILED
 
 
+def output_lines(client: Any, args: argparse.Namespace, texts: Sequence[str]) -> Iterator[str]:
+    """The lines to print for a parsed command line, requests sent as the lines are consumed."""
+    if args.command == "explain":
+        options = {"max_new_tokens": args.max_new_tokens, "num_beams": args.num_beams}
+        pairs = run_batches(functools.partial(client.explain, args.task), texts, options, args.batch_size)
+        return explain_lines(pairs, args, len(texts))
+    pairs = run_task(client, args.command, texts, generation_options(args.command, args), args.batch_size)
+    return format_results(args.command, pairs, args.json)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `ropeserve` / `python -m clients`; returns the exit code (argparse exits itself)."""
     parser = build_parser()
@@ -209,14 +232,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     retry = RetryPolicy(max_attempts=args.attempts)
     client = Client(args.url, args.protocol, args.timeout, retry)
     try:
-        pairs = run_task(client, args.command, texts, generation_options(args.command, args), args.batch_size)
-        for line in format_results(args.command, pairs, args.json):
+        for line in output_lines(client, args, texts):
             print(line, flush=True)
     except ClientError as error:
         message, code = one_line_error(error, args.command, client.url)
         print(message, file=sys.stderr)
         return code
-    except (TypeError, ValueError) as error:  # what the SDK refuses before sending, e.g. --beams 99999999999
+    except (TypeError, ValueError, HeatmapUnavailable) as error:  # refused before sending, e.g. --beams 99999999999
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:

@@ -6,6 +6,7 @@
         client.sentiment(["这部电影不差", "太难看了"])
         # -> [Sentiment(label='positive', score=0.97), Sentiment(label='negative', score=0.99)]
         client.translate("我爱你。", num_beams=4)  # -> ['I love you.']
+        client.explain("translate", "我爱你。")[0].attention  # -> [layers, target, source] cross-attention
 
 Conventions shared by both clients:
 
@@ -39,6 +40,7 @@ from .endpoints import (
     normalize_texts,
 )
 from .errors import ClientError, translated_errors
+from .explain import SentimentAttention, TranslationAlignment, explain_endpoint, explain_options
 from .retry import RetryPolicy, call_with_retry, call_with_retry_async
 from .transport import DEFAULT_TIMEOUT_S, normalize_url, transport_for
 
@@ -134,6 +136,12 @@ class Client(_ClientBase):
         """Chinese text → one-line Chinese headline, one per text."""
         return self._infer(SUMMARIZE, texts, _generation_options(max_new_tokens, num_beams))
 
+    def explain(
+        self, task: str, texts: Texts, max_new_tokens: int | None = None, num_beams: int | None = None
+    ) -> list[TranslationAlignment] | list[SentimentAttention]:
+        """`task`'s answer plus its tokens and attention matrices, one per text ("translate" or "sentiment")."""
+        return self._infer(explain_endpoint(task), texts, explain_options(max_new_tokens, num_beams))
+
     def is_ready(self, task: str | None = None) -> bool:
         """Whether the server (and `task`'s model, if named) can take requests; False rather than raise."""
         model = None if task is None else _model_for(task)
@@ -197,6 +205,12 @@ class AsyncClient(_ClientBase):
     ) -> list[str]:
         """Chinese text → one-line Chinese headline, one per text."""
         return await self._infer(SUMMARIZE, texts, _generation_options(max_new_tokens, num_beams))
+
+    async def explain(
+        self, task: str, texts: Texts, max_new_tokens: int | None = None, num_beams: int | None = None
+    ) -> list[TranslationAlignment] | list[SentimentAttention]:
+        """`task`'s answer plus its tokens and attention matrices, one per text ("translate" or "sentiment")."""
+        return await self._infer(explain_endpoint(task), texts, explain_options(max_new_tokens, num_beams))
 
     async def is_ready(self, task: str | None = None) -> bool:
         """Whether the server (and `task`'s model, if named) can take requests; False rather than raise."""

@@ -112,15 +112,23 @@ def _to_infer_input(name: str, array: np.ndarray, infer_input: InferInputFactory
     return tensor
 
 
-def output_column(result: InferResultLike, name: str, rows: int) -> np.ndarray:
-    """Output `name` as one value per input row; `ClientError` if the server broke the contract."""
+def output_rows(result: InferResultLike, name: str, rows: int) -> np.ndarray:
+    """Output `name` with one entry (of any shape) per input row; `ClientError` if the server broke the contract."""
     array = result.as_numpy(name)
     if array is None:
         raise ClientError(f"the server's response has no output {name!r}", BAD_RESPONSE)
-    column = array.reshape(-1)
-    if column.shape[0] != rows:
-        raise ClientError(f"output {name!r} has {column.shape[0]} rows for {rows} texts", BAD_RESPONSE)
-    return column
+    found = array.shape[0] if array.ndim else 0
+    if found != rows:
+        raise ClientError(f"output {name!r} has {found} rows for {rows} texts", BAD_RESPONSE)
+    return array
+
+
+def output_column(result: InferResultLike, name: str, rows: int) -> np.ndarray:
+    """Output `name` as one value per input row; `ClientError` if the server broke the contract."""
+    column = output_rows(result, name, rows)
+    if column.size != rows:
+        raise ClientError(f"output {name!r} has {column.size} values for {rows} texts", BAD_RESPONSE)
+    return column.reshape(-1)
 
 
 def as_text(value: bytes | str) -> str:
