@@ -12,6 +12,7 @@ do not come back as one synchronized wave (AWS Architecture Blog, "Exponential B
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -21,6 +22,8 @@ from typing import TypeVar
 from .errors import ClientError, ServerUnreachable
 
 T = TypeVar("T")
+
+log = logging.getLogger("ropeserve.client")  # one INFO record per retry: what failed and how long we wait
 
 DEFAULT_RETRY_STATUSES: frozenset[str] = frozenset({"StatusCode.UNAVAILABLE", "503", "429"})
 
@@ -92,6 +95,7 @@ def call_with_retry(
             wait_s = policy.next_delay(error, attempt_number, rng)
             if wait_s is None:
                 raise
+            _log_retry(error, attempt_number, wait_s)
         sleep(wait_s)
         attempt_number += 1
 
@@ -111,5 +115,10 @@ async def call_with_retry_async(
             wait_s = policy.next_delay(error, attempt_number, rng)
             if wait_s is None:
                 raise
+            _log_retry(error, attempt_number, wait_s)
         await sleep(wait_s)
         attempt_number += 1
+
+
+def _log_retry(error: ClientError, attempt: int, wait_s: float) -> None:
+    log.info("attempt %d failed (%s); retrying in %.3f s", attempt, error, wait_s)

@@ -54,7 +54,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--models",
         default=_env("MODELS", ""),
-        help="comma-separated models to load (explicit model control); empty loads all [ROPESERVE_MODELS]",
+        help="comma-separated models to load; empty loads all [ROPESERVE_MODELS]",
+    )
+    parser.add_argument(
+        "--strict",
+        action=argparse.BooleanOptionalAction,
+        default=_env("STRICT", "0").lower() in ("1", "true", "yes"),
+        help="refuse to start when a model fails to load; by default the other models serve, readiness stays "
+        "false and the failures are listed [ROPESERVE_STRICT]",
     )
     parser.add_argument(
         "--model-config-name",
@@ -90,6 +97,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         model_config_name=config_name,
         exit_timeout_s=args.exit_timeout,
         log_verbose=args.log_verbose,
+        require_all_models=args.strict,
         stream_log=True,
     )
 
@@ -115,6 +123,12 @@ def run(options: ServerOptions) -> int:
     server = EmbeddedTriton(options)
     try:
         server.start()
+        failed = server.unavailable_models()
+        if failed:
+            _say(
+                "serving WITHOUT these models (readiness stays false):\n  "
+                + "\n  ".join(f"{name}: {reason}" for name, reason in failed.items())
+            )
         print(ready_line(server), flush=True)
         while server.is_alive:
             time.sleep(0.5)

@@ -21,6 +21,7 @@ import contextlib
 import ctypes
 import dataclasses
 import errno
+import json
 import os
 import secrets
 import shutil
@@ -41,6 +42,7 @@ from typing import IO
 
 from .backend_dir import build_backend_directory
 from .repository import require_servable
+from .watchdog import StubWatchdog
 from .wheel import TritonWheel, warn_if_numpy_2
 
 CONTROL_KEY_HEADER = "ropeserve-control-key"
@@ -61,10 +63,17 @@ class PortInUseError(ServerError):
 class ServerOptions:
     """How to run ``tritonserver``. Defaults bind loopback on Triton's usual ports.
 
-    ``models``: ``None`` loads every model in the repository (model-control mode ``none``); a list loads just
-    those (mode ``explicit``). ``allow_model_control`` opens the load/unload API in explicit mode, guarded by
-    ``control_key`` (see :meth:`EmbeddedTriton.control_headers`); without it, explicit mode still locks that
-    API with a random key, so nobody can load or unload models over the network.
+    ``models``: ``None`` loads every model in the repository; a list loads just those. The server always runs in
+    model-control mode ``explicit`` with the load/unload API locked by a key that only this process knows, so
+    nobody can load or unload models over the network. ``allow_model_control`` hands that key out: it is
+    ``control_key`` (see :meth:`EmbeddedTriton.control_headers`).
+
+    ``restart_dead_stubs``: reload a model whose Python-backend stub process died (:mod:`serving.watchdog`);
+    Triton 2.51 would otherwise keep failing the requests routed to that instance.
+
+    ``require_all_models``: a model that fails to load makes :meth:`EmbeddedTriton.start` fail. Without it the
+    server keeps serving the other models (``--exit-on-error=false``), ``/v2/health/ready`` stays false
+    (strict readiness) and :meth:`EmbeddedTriton.unavailable_models` names each failure and its cause.
 
     ``die_with_parent``: the server gets SIGTERM if this process dies without cleaning up (e.g. SIGKILL).
     Linux ties that signal to the *thread* that started the server, so it applies only when starting from the
@@ -80,6 +89,8 @@ class ServerOptions:
     models: list[str] | None = None
     allow_model_control: bool = False
     control_key: str | None = None
+    restart_dead_stubs: bool = True
+    require_all_models: bool = True
     exit_timeout_s: int = 30
     ready_timeout_s: float = 120.0
     log_verbose: int = 0
@@ -115,13 +126,12 @@ class ServerOptions:
         ]
         if self.model_config_name:
             args.append(f"--model-config-name={self.model_config_name}")
-        if self.models is not None or self.allow_model_control:
-            args.append("--model-control-mode=explicit")
-            args += [f"--load-model={name}" for name in (self.models if self.models is not None else ["*"])]
-            args += [
-                f"--http-restricted-api=model-repository:{CONTROL_KEY_HEADER}={control_key}",
-                f"--grpc-restricted-protocol=model-repository:{CONTROL_KEY_HEADER}={control_key}",
-            ]
+        args.append("--model-control-mode=explicit")
+        args += [f"--load-model={name}" for name in (self.models if self.models is not None else ["*"])]
+        args += [
+            f"--http-restricted-api=model-repository:{CONTROL_KEY_HEADER}={control_key}",
+            f"--grpc-restricted-protocol=model-repository:{CONTROL_KEY_HEADER}={control_key}",
+        ]
         return args + list(self.extra_args)
 
 
@@ -206,6 +216,7 @@ class _Running:
     shm_prefix: str
     exit_timeout_s: int
     tee: threading.Thread | None = None
+    watchdog: StubWatchdog | None = None
     final_log_tail: str = ""
     returncode: int | None = None
     cleaned: bool = False
@@ -216,6 +227,8 @@ def _shutdown(running: _Running, graceful: bool = True) -> None:
     remove the shm segments and the work dir. Idempotent; safe to call again after being interrupted."""
     if running.cleaned:
         return
+    if running.watchdog is not None:
+        running.watchdog.stop()  # a stopping server's stubs exit: that is no crash to repair
     process = running.process
     if graceful and process.poll() is None:
         process.send_signal(signal.SIGTERM)
@@ -373,6 +386,11 @@ class EmbeddedTriton:
             except BaseException:
                 self.kill()  # nothing to drain yet; a graceful stop would only cost seconds
                 raise
+            if opts.restart_dead_stubs:
+                running.watchdog = StubWatchdog(
+                    lambda: process_group_members(process.pid), self.http_url, self.control_headers("http")
+                )
+                running.watchdog.start()
         return self
 
     def _die_with_parent(self) -> bool:
@@ -401,12 +419,33 @@ class EmbeddedTriton:
             if status is not None:
                 answered_not_ready_at = answered_not_ready_at or now
                 if now - answered_not_ready_at > 1.0:
+                    failed = self.unavailable_models()
+                    if not self.options.require_all_models and _http_status(f"{self.http_url}/v2/health/live") == 200:
+                        return self  # degraded: the caller reports `failed`
+                    named = "".join(f"\n  {name}: {reason}" for name, reason in failed.items())
                     raise ServerError(
-                        "tritonserver is up but not ready: some models failed to load.\n" + self._log_excerpt()
+                        f"tritonserver is up but not ready: some models failed to load.{named}\n" + self._log_excerpt()
                     )
             if now > deadline:
                 raise ServerError(f"tritonserver was not ready after {timeout_s:.0f} s.\n{self._log_excerpt()}")
             time.sleep(0.1)
+
+    def unavailable_models(self) -> dict[str, str]:
+        """Models of the repository index that are not READY, with Triton's reason (e.g. the load error)."""
+        request = urllib.request.Request(
+            f"{self.http_url}/v2/repository/index", data=b"{}", headers=self.control_headers("http"), method="POST"
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                index = json.loads(response.read())
+        except (urllib.error.URLError, OSError, ValueError):
+            return {}
+        wanted = self.options.models
+        return {
+            entry["name"]: entry.get("reason") or entry.get("state", "not loaded")
+            for entry in index
+            if entry.get("state") != "READY" and (wanted is None or entry["name"] in wanted)
+        }
 
     def stop(self) -> int | None:
         """Stop gracefully and clean up (idempotent). Returns the server's exit code.

@@ -359,7 +359,9 @@ def test_command_line_flags(tmp_path: Path) -> None:
     assert f"--grpc-restricted-protocol=model-repository:{CONTROL_KEY_HEADER}=secret" in args
     assert args[-1] == "--log-info=false"
     default = ServerOptions(model_repository=tmp_path).command_args(Path("/b"), Path("/c"), "p_", "k")
-    assert not any(a.startswith(("--model-control-mode", "--load-model")) for a in default)
+    # Always explicit mode with the repository API locked by the launcher's own key (the stub watchdog uses it).
+    assert "--model-control-mode=explicit" in default and "--load-model=*" in default
+    assert f"--http-restricted-api=model-repository:{CONTROL_KEY_HEADER}=k" in default
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -25,6 +25,10 @@ from serving.frontends.metrics import FrontMetrics
 
 TEXT_INPUT = "TEXT"
 PAD_MULTIPLE = 8
+# Triton 2.51 has no request-size flag, so the front models bound the work one text can cause. A text is
+# truncated to the model's maximum length anyway (a few hundred characters); 1 MiB still lets a client send a
+# whole article, or 100,000 Chinese characters, and get the truncated answer the contract promises.
+MAX_TEXT_BYTES = 1 << 20
 
 
 class InputError(ValueError):
@@ -48,6 +52,13 @@ def decode_texts(raw: np.ndarray, name: str = TEXT_INPUT) -> list[str]:
         raise InputError(f"{name} must have shape [batch, 1], got {list(arr.shape)}", "bad_shape")
     texts = []
     for i, item in enumerate(arr[:, 0]):
+        raw = item.encode("utf-8", "surrogatepass") if isinstance(item, str) else item
+        if isinstance(raw, bytes | bytearray) and len(raw) > MAX_TEXT_BYTES:
+            raise InputError(
+                f"{name}[{i}] is {len(raw):,} bytes; the limit is {MAX_TEXT_BYTES:,} bytes per text "
+                "(longer texts are truncated to the model's maximum length anyway)",
+                "text_too_large",
+            )
         if isinstance(item, bytes | bytearray):
             try:
                 text = bytes(item).decode("utf-8")

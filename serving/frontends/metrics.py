@@ -73,6 +73,7 @@ REJECT_REASONS = (
     "bad_shape",
     "invalid_utf8",
     "empty_text",
+    "text_too_large",
     "option_out_of_range",
     "option_mismatch",
     "invalid_input",
