@@ -5,9 +5,12 @@ PY         := $(VENV)/bin/python
 NGC_ORT    := .cache/ort-ngc
 # ONNX Runtime inside nvcr.io/nvidia/tritonserver:24.10-py3; our ONNX files must load in it too.
 NGC_ORT_VERSION := 1.19.2
+# The real perf_analyzer ships in the tritonclient 2.51.0 wheel (2.73 installs a placeholder): its own venv.
+PERF_ANALYZER := .cache/perf-analyzer
 DATA_DIR   ?= ../shared/data
 
-.PHONY: help venv repository serve test lint train-sentiment clean loadtest compose-config kubernetes-validate
+.PHONY: help venv repository serve test lint train-sentiment clean loadtest compose-config kubernetes-validate \
+        perf-analyzer bench
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 20
@@ -25,6 +28,13 @@ $(NGC_ORT)/.installed:
 	$(NGC_ORT)/bin/python -m pip install --quiet "onnxruntime==$(NGC_ORT_VERSION)" "numpy<2"
 	@touch $@
 
+$(PERF_ANALYZER)/.installed:
+	@test -x $(PERF_ANALYZER)/bin/python || $(PYTHON_SYS) -m venv $(PERF_ANALYZER)
+	$(PERF_ANALYZER)/bin/python -m pip install --quiet --no-deps "tritonclient==2.51.0"
+	@touch $@
+
+perf-analyzer: $(PERF_ANALYZER)/.installed  ## install the real perf_analyzer (tritonclient 2.51.0 wheel) into .cache
+
 repository: venv  ## export the committed checkpoints to ONNX into model_repository/
 	$(PY) -m export.build_repository
 
@@ -35,7 +45,7 @@ lint: venv  ## ruff
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
-test: venv $(NGC_ORT)/.installed repository lint  ## lint + the whole test suite (starts real Triton servers)
+test: venv $(NGC_ORT)/.installed $(PERF_ANALYZER)/.installed repository lint  ## lint + the whole test suite (starts real Triton servers)
 	$(PY) -m pytest -q
 
 train-sentiment: venv  ## train the sentiment model (≤ 30 min on 2 cores) into checkpoints/sentiment
@@ -73,3 +83,9 @@ compose-config:  ## validate docker-compose.yml for every profile (docker-compos
 
 kubernetes-validate: venv  ## validate deploy/k8s manifests offline (kubernetes-validate, schemas shipped in the wheel)
 	$(PY) deploy/validate.py
+
+# ---- benchmarks ------------------------------------------------------------------------------------------
+BENCH_ARGS ?=
+
+bench: repository $(PERF_ANALYZER)/.installed  ## every layer vs its baseline → benchmarks/results (BENCH_ARGS=--quick: < 5 min)
+	$(PY) -m benchmarks $(BENCH_ARGS)

@@ -1,0 +1,81 @@
+"""The bars the issue sets, evaluated on a results dict. A missing section or shape yields no check."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks import generation, runtime, serving
+
+
+def _median(summary: dict[str, Any], key: str | None = None) -> float:
+    return (summary[key] if key else summary)["median"]
+
+
+def _runtime_checks(results: dict[str, Any]) -> list[dict[str, Any]]:
+    section = results.get("runtime")
+    shape = next((s for s in (section or {}).get("shapes", []) if s["batch"] == 8 and s["sequence"] == 128), None)
+    if shape is None:
+        return []
+    rates = {name: _median(summary) for name, summary in shape["sequences_per_s"].items()}
+    accuracy = section["accuracy"]
+    drop = (accuracy[runtime.FUSED] - accuracy[runtime.INT8]) * 100
+    return [
+        check("ORT fused / PyTorch eager, batch 8 seq 128", rates[runtime.FUSED] / rates[runtime.EAGER], 1.5),
+        check("ORT int8 / ORT fused, batch 8 seq 128", rates[runtime.INT8] / rates[runtime.FUSED], 1.3),
+        check("int8 accuracy drop vs fused (points)", drop, 1.0, higher_is_better=False),
+    ]
+
+
+def _generation_checks(results: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = [row for row in (results.get("generation") or {}).get("rows", []) if row["batch"] == 8]
+    out = []
+    for row in rows:
+        rates = {name: _median(summary) for name, summary in row["sentences_per_s"].items()}
+        value = rates[generation.OP_GREEDY] / rates[generation.EAGER]
+        out.append(check(f"{row['task']}: BeamSearch-op greedy / eager greedy loop, batch 8", value, 2.0))
+    return out
+
+
+def _serving_checks(results: dict[str, Any]) -> list[dict[str, Any]]:
+    section = results.get("serving")
+    if not section:
+        return []
+    top = max(section["points"], key=lambda p: p["concurrency"])
+    c = top["concurrency"]
+    pa = top["perf_analyzer"]
+    on, off = pa[serving.REFERENCE], pa[serving.VARIANTS[2].name]
+    client = top["async_client"]
+    first = min(section["points"], key=lambda p: p["concurrency"])["concurrency"]
+    return [
+        check(
+            f"dynamic batching / none, throughput at c={c} (perf_analyzer, 1 instance)",
+            _median(on, "throughput") / _median(off, "throughput"),
+            1.5,
+        ),
+        check(
+            f"dynamic batching p99 / none p99 at c={c} (perf_analyzer)",
+            _median(on, "p99_ms") / _median(off, "p99_ms"),
+            1.0,
+            higher_is_better=False,
+        ),
+        check(
+            f"Triton / FastAPI+PyTorch throughput at c={c} (async client)",
+            _median(client[serving.REFERENCE], "throughput") / _median(client[serving.FASTAPI], "throughput"),
+            2.0,
+        ),
+        check(
+            f"Triton overhead at c={first}: e2e p50 − raw ORT p50 (ms)",
+            section["overhead_c1"]["overhead_ms"],
+            1.5,
+            higher_is_better=False,
+        ),
+    ]
+
+
+def check(name: str, value: float, bar: float, higher_is_better: bool = True) -> dict[str, Any]:
+    met = value >= bar if higher_is_better else value <= bar
+    return {"name": name, "value": value, "bar": bar, "higher_is_better": higher_is_better, "met": met}
+
+
+def evaluate(results: dict[str, Any]) -> list[dict[str, Any]]:
+    return _runtime_checks(results) + _generation_checks(results) + _serving_checks(results)

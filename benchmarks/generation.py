@@ -1,0 +1,90 @@
+"""Comparison 2, generation: the PyTorch eager greedy loop vs the one-graph ORT BeamSearch op (greedy, beam 4).
+
+The same test sentences, batch sizes and token budget (the task's served default) for every variant;
+sentences/s and generated tokens/s (eos and padding not counted).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import torch
+
+from benchmarks.onnx_variants import session
+from benchmarks.profiles import CHECKPOINTS, REPOSITORY, Profile
+from benchmarks.stats import interleaved, summarize
+from export import seq2seq
+from export.generation import greedy
+from export.seq2seq_export import generate_onnx
+from export.training import pad_batch
+from serving.ort_backend.session_config import available_cpus
+
+TASKS = ("translate", "summarize")
+EAGER, OP_GREEDY, OP_BEAM4 = "pytorch_eager_greedy", "ort_beamsearch_greedy", "ort_beamsearch_beam4"
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+def test_batches(task: str, profile: Profile, batch_size: int, src_tokenizer: Any, tgt_tokenizer: Any) -> list[Batch]:
+    """``generation_sentences`` test sentences of the task, in test-file order, cut into padded batches."""
+    spec = seq2seq.TASKS[task]
+    pairs = spec.reader(profile.data_dir)[1]
+    count = max(batch_size, profile.generation_sentences // batch_size * batch_size)
+    sources = [src for src, _ in seq2seq.encode_pairs(pairs[:count], src_tokenizer, tgt_tokenizer, spec)]
+    return [pad_batch(sources[i : i + batch_size]) for i in range(0, len(sources), batch_size)]
+
+
+def timed_pass(generate: Callable[[torch.Tensor, torch.Tensor], list[list[int]]], batches: list[Batch]) -> dict:
+    """Generate for every batch once: sentences/s and generated tokens/s of the whole pass."""
+    sentences = tokens = 0
+    start = time.perf_counter()
+    for ids, mask in batches:
+        outputs = generate(ids, mask)
+        sentences += len(outputs)
+        tokens += sum(len(out) for out in outputs)
+    elapsed = time.perf_counter() - start
+    return {"sentences_per_s": sentences / elapsed, "tokens_per_s": tokens / elapsed, "tokens": tokens}
+
+
+def measure_task(task: str, profile: Profile) -> list[dict[str, Any]]:
+    model, _, src_tok, tgt_tok = seq2seq.load(CHECKPOINTS / task)
+    model.eval()
+    new_tokens = profile.generation_new_tokens or seq2seq.TASKS[task].default_new_tokens
+    sess = session(REPOSITORY / f"{task}_generator" / "1" / "model.onnx")
+    variants: dict[str, Callable[[torch.Tensor, torch.Tensor], list[list[int]]]] = {
+        EAGER: lambda ids, mask: greedy(model, ids, mask, new_tokens),
+        OP_GREEDY: lambda ids, mask: generate_onnx(sess, ids.numpy(), mask.numpy(), new_tokens, 1, model.cfg),
+        OP_BEAM4: lambda ids, mask: generate_onnx(sess, ids.numpy(), mask.numpy(), new_tokens, 4, model.cfg),
+    }
+    rows = []
+    for batch_size in profile.generation_batches:
+        batches = test_batches(task, profile, batch_size, src_tok, tgt_tok)
+        for generate in variants.values():  # warm-up: first-call allocations, thread pools
+            generate(*batches[0])
+        runs = interleaved(
+            {name: partial(timed_pass, generate, batches) for name, generate in variants.items()},
+            profile.repetitions,
+            desc=f"{task} b{batch_size}",
+        )
+        rows.append(
+            {
+                "task": task,
+                "batch": batch_size,
+                "max_new_tokens": new_tokens,
+                "sentences": sum(len(ids) for ids, _ in batches),
+                "sentences_per_s": {name: summarize([r["sentences_per_s"] for r in rs]) for name, rs in runs.items()},
+                "tokens_per_s": {name: summarize([r["tokens_per_s"] for r in rs]) for name, rs in runs.items()},
+                "generated_tokens": {name: rs[0]["tokens"] for name, rs in runs.items()},
+            }
+        )
+    return rows
+
+
+def measure(profile: Profile) -> dict[str, Any]:
+    torch.set_num_threads(available_cpus())
+    with torch.inference_mode():
+        rows = [row for task in TASKS for row in measure_task(task, profile)]
+    return {"threads": available_cpus(), "rows": rows}

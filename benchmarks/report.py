@@ -1,0 +1,149 @@
+"""The Markdown report of one run: machine, then one table per comparison, then the bars of the issue."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks import generation, runtime
+
+
+def _cell(summary: dict[str, Any], digits: int = 0) -> str:
+    """median [min–max]: the spread of the repetitions stays visible next to the figure."""
+    fmt = f"{{:.{digits}f}}"
+    if summary["n"] == 1:
+        return fmt.format(summary["median"])
+    return f"{fmt.format(summary['median'])} [{fmt.format(summary['min'])}–{fmt.format(summary['max'])}]"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def _runtime(section: dict[str, Any]) -> list[str]:
+    names = [runtime.EAGER, runtime.DECOMPOSED, runtime.FUSED, runtime.INT8]
+    rows = []
+    for shape in section["shapes"]:
+        rates = shape["sequences_per_s"]
+        fused_x = rates[runtime.FUSED]["median"] / rates[runtime.EAGER]["median"]
+        int8_x = rates[runtime.INT8]["median"] / rates[runtime.FUSED]["median"]
+        rows.append(
+            [str(shape["batch"]), str(shape["sequence"]), *(_cell(rates[n]) for n in names)]
+            + [f"{fused_x:.2f}×", f"{int8_x:.2f}×"]
+        )
+    accuracy = section["accuracy"]
+    rows.append(["accuracy", f"n={accuracy['n']}", *(f"{accuracy[n] * 100:.2f}%" for n in names), "", ""])
+    header = ["batch", "seq", *names, "fused/eager", "int8/fused"]
+    excluded = ", ".join(section["variants"][runtime.INT8]["excluded_from_quantization"]) or "none"
+    return [
+        "## 1. Model runtime: sentiment encoder (sequences/s)",
+        "",
+        *_table(header, rows),
+        "",
+        f"int8: dynamic quantization of MatMul weights; RoPE-path nodes excluded: {excluded}.",
+        "",
+    ]
+
+
+def _generation(section: dict[str, Any]) -> list[str]:
+    names = [generation.EAGER, generation.OP_GREEDY, generation.OP_BEAM4]
+    rows = []
+    for row in section["rows"]:
+        sps, tps = row["sentences_per_s"], row["tokens_per_s"]
+        speedup = sps[generation.OP_GREEDY]["median"] / sps[generation.EAGER]["median"]
+        rows.append(
+            [row["task"], str(row["batch"]), str(row["max_new_tokens"])]
+            + [f"{_cell(sps[n], 1)} / {_cell(tps[n])}" for n in names]
+            + [f"{speedup:.2f}×"]
+        )
+    header = ["task", "batch", "new tokens", *(f"{n} (sent/s / tok/s)" for n in names), "op greedy/eager"]
+    return ["## 2. Generation (sentences/s / generated tokens/s)", "", *_table(header, rows), ""]
+
+
+def _latencies(cell: dict[str, Any]) -> str:
+    return f"{cell['p50_ms']['median']:.1f}/{cell['p99_ms']['median']:.1f}"
+
+
+def _serving(section: dict[str, Any]) -> list[str]:
+    lines = ["## 3–4. Serving `sentiment` end to end over gRPC (throughput req/s, p50/p99 ms)", ""]
+    for tool in ("perf_analyzer", "async_client"):
+        names = list(section["points"][0][tool])
+        rows = []
+        for point in section["points"]:
+            cells = point[tool]
+            rows.append(
+                [str(point["concurrency"])]
+                + [f"{_cell(cells[n]['throughput'])} ({_latencies(cells[n])})" for n in names]
+            )
+        lines += [f"**{tool}**", "", *_table(["concurrency", *names], rows), ""]
+    overhead = section["overhead_c1"]
+    lines += [
+        f"Triton overhead at concurrency {overhead['concurrency']}: end-to-end p50 {overhead['e2e_p50_ms']:.2f} ms "
+        f"(perf_analyzer, {section['reference']}) − raw ORT p50 {overhead['ort_p50_ms']:.2f} ms "
+        f"= **{overhead['overhead_ms']:.2f} ms** "
+        f"(tokenizer + ORT p50: {section['raw_ort']['tokenize_ort_p50_ms']:.2f} ms).",
+        "",
+    ]
+    return lines
+
+
+def _ceiling(section: dict[str, Any]) -> list[str]:
+    lines = [
+        "## 5. Ceiling",
+        "",
+        f"fp32 matmul ({section['matmul_size']}², {section['threads']} threads): "
+        f"{_cell(section['matmul_gflops'], 1)} GFLOP/s. FLOPs per sequence: "
+        + ", ".join(f"seq {k}: {v / 1e6:.1f} MFLOP" for k, v in section["flops_per_sequence"].items())
+        + ".",
+        "",
+    ]
+    rows = [
+        [
+            str(f["batch"]),
+            str(f["sequence"]),
+            f["best_variant"],
+            f"{f['sequences_per_s']:.0f}",
+            f"{f['achieved_gflops']:.1f}",
+            f"{f['fraction_of_ceiling'] * 100:.1f}%",
+        ]  # fmt: skip
+        for f in section.get("fractions", [])
+    ]
+    if rows:
+        lines += [*_table(["batch", "seq", "best variant", "seq/s", "GFLOP/s", "of ceiling"], rows), ""]
+    return lines
+
+
+def _checks(checks: list[dict[str, Any]]) -> list[str]:
+    rows = [
+        [
+            c["name"],
+            f"{c['value']:.2f}",
+            ("≥ " if c["higher_is_better"] else "≤ ") + f"{c['bar']}",
+            "met" if c["met"] else "**missed**",
+        ]  # fmt: skip
+        for c in checks
+    ]
+    return ["## Bars", "", *_table(["figure", "measured", "bar", ""], rows), ""]
+
+
+def markdown(results: dict[str, Any]) -> str:
+    meta = results["meta"]
+    machine = meta["machine"]
+    lines = [
+        f"# Benchmark run `{meta['name']}` ({meta['profile']['name']} mode)",
+        "",
+        f"- command: `{meta['command']}`",
+        f"- started {meta['started']}, took {meta['seconds'] / 60:.1f} min",
+        f"- machine: {machine.get('Model name', '?')}, {machine['cpus_usable']} usable CPUs, "
+        f"torch {machine['torch']}, onnxruntime {machine['onnxruntime']}",
+        f"- load average (1/5/15 min) at start {meta['load_start']}, at end {meta['load_end']}",
+        f"- cells: median [min–max] over {meta['profile']['repetitions']} interleaved repetitions",
+        "",
+    ]
+    sections = {"runtime": _runtime, "generation": _generation, "serving": _serving, "ceiling": _ceiling}
+    for key, render in sections.items():
+        if results.get(key):
+            lines += render(results[key])
+    if results.get("checks"):
+        lines += _checks(results["checks"])
+    return "\n".join(lines)

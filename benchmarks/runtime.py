@@ -1,0 +1,95 @@
+"""Comparison 1, model runtime: PyTorch eager vs ORT decomposed vs ORT fused vs ORT int8, sentiment encoder.
+
+Throughput (sequences/s) at every batch × sequence length, on the same random token ids for every variant,
+and the accuracy of every variant on the sentiment test split (the project's split and evaluation code).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from benchmarks.onnx_variants import OrtClassifier, export_decomposed, quantize_int8, session
+from benchmarks.profiles import CHECKPOINTS, REPOSITORY, Profile
+from benchmarks.stats import interleaved, rate, summarize
+from export import sentiment
+from export.data import read_sentiment, seeded_split
+from export.onnx_export import count_ops
+from serving.ort_backend.session_config import available_cpus
+
+EAGER, DECOMPOSED, FUSED, INT8 = "pytorch_eager", "ort_decomposed", "ort_fused", "ort_int8"
+
+
+def build_variants(model: nn.Module, workdir: Path) -> tuple[dict[str, nn.Module], dict[str, Any]]:
+    """name → callable classifier module, and what each variant is (file, op counts, quantization)."""
+    fused = REPOSITORY / "sentiment_encoder" / "1" / "model.onnx"
+    if not fused.is_file():
+        raise FileNotFoundError(f"{fused} is missing: run `make repository` first")
+    decomposed = export_decomposed(model, workdir / "sentiment_decomposed.onnx")
+    int8 = workdir / "sentiment_fused_int8.onnx"
+    excluded = quantize_int8(fused, int8)
+    files = {DECOMPOSED: decomposed, FUSED: fused, INT8: int8}
+    modules: dict[str, nn.Module] = {EAGER: model}
+    modules |= {name: OrtClassifier(session(path)) for name, path in files.items()}
+    info: dict[str, Any] = {name: {"file": str(path), "ops": count_ops(path)} for name, path in files.items()}
+    info[EAGER] = {"file": str(CHECKPOINTS / "sentiment")}
+    info[INT8]["excluded_from_quantization"] = excluded
+    info[INT8]["quantized_op_types"] = ["MatMul"]
+    return modules, info
+
+
+def throughput_call(module: nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> Callable[[], int]:
+    def call() -> int:
+        with torch.inference_mode():
+            module(ids, mask)
+        return ids.shape[0]
+
+    return call
+
+
+def accuracy(modules: dict[str, nn.Module], tokenizer: Any, max_tokens: int, profile: Profile) -> dict[str, float]:
+    """Test-split accuracy of every variant, with the evaluation code that produced the checkpoint metrics."""
+    test_rows = seeded_split(read_sentiment(profile.data_dir), key=lambda r: r.text)[2]
+    if profile.accuracy_limit:
+        test_rows = test_rows[: profile.accuracy_limit]
+    ids = sentiment.encode(tokenizer, [r.text for r in test_rows], max_tokens)
+    scores = {}
+    for name, module in modules.items():
+        metrics = sentiment.classification_metrics(test_rows, sentiment.predict(module, ids))
+        scores[name] = metrics["all"]["accuracy"]
+    return {**scores, "n": len(test_rows)}
+
+
+def measure(profile: Profile, workdir: Path) -> dict[str, Any]:
+    threads = available_cpus()
+    torch.set_num_threads(threads)
+    model, config, tokenizer = sentiment.load(CHECKPOINTS / "sentiment")
+    model.eval()
+    modules, info = build_variants(model, workdir)
+    rng = np.random.default_rng(0)
+    shapes = []
+    for seq in profile.sequences:
+        for batch in profile.batches:
+            ids = torch.from_numpy(rng.integers(4, model.cfg.vocab_size, (batch, seq), dtype=np.int64))
+            mask = torch.ones_like(ids)
+            calls = {name: throughput_call(module, ids, mask) for name, module in modules.items()}
+            runs = interleaved(
+                {name: (lambda c=call: rate(c, profile.min_time_s)) for name, call in calls.items()},
+                profile.repetitions,
+                desc=f"runtime b{batch} s{seq}",
+            )
+            shapes.append(
+                {"batch": batch, "sequence": seq, "sequences_per_s": {k: summarize(v) for k, v in runs.items()}}
+            )
+    return {
+        "threads": threads,
+        "model": config["model"],
+        "variants": info,
+        "shapes": shapes,
+        "accuracy": accuracy(modules, tokenizer, config["max_tokens"], profile),
+    }

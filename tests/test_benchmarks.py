@@ -1,0 +1,94 @@
+"""Smoke checks of the benchmark harness: a tiny run writes sane JSON, Markdown and PNGs. No timing asserted."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from benchmarks import run
+from benchmarks.onnx_variants import rope_path_nodes
+from benchmarks.profiles import REPOSITORY
+from benchmarks.variant_repository import ServingVariant, rewrite_config
+
+CONFIG = """name: "sentiment"
+max_batch_size: 64
+dynamic_batching {
+  default_queue_policy { max_queue_size: 16 timeout_action: REJECT }
+}
+instance_group [ { count: 2, kind: KIND_CPU } ]
+"""
+
+
+def test_variant_config_drops_batching_and_sets_instances():
+    text = rewrite_config(CONFIG, ServingVariant(batching=False, instances=1))
+    assert "dynamic_batching" not in text and "default_queue_policy" not in text
+    assert "count: 1, kind: KIND_CPU" in text and "count: 2" not in text
+    assert text.count("{") == text.count("}")
+
+
+def test_variant_config_keeps_batching_with_a_raised_queue_limit():
+    text = rewrite_config(CONFIG, ServingVariant(batching=True, instances=2))
+    assert "dynamic_batching {" in text and "max_queue_size: 16" not in text
+    assert "count: 2, kind: KIND_CPU" in text
+
+
+def test_rope_path_is_excluded_from_quantization():
+    import onnx
+
+    model = onnx.load(str(REPOSITORY / "sentiment_encoder" / "1" / "model.onnx"))
+    excluded = set(rope_path_nodes(model))
+    rotary = {node.name for node in model.graph.node if node.op_type == "RotaryEmbedding"}
+    assert rotary and rotary <= excluded
+    assert not any(node.op_type == "MatMul" for node in model.graph.node if node.name in excluded)
+
+
+def _finite_positive(summary: dict) -> bool:
+    return summary["n"] >= 1 and all(math.isfinite(v) and v > 0 for v in summary["values"])
+
+
+def test_smoke_run_writes_results(tmp_path):
+    assert run.main(["--smoke", "--out", str(tmp_path), "--name", "smoke"]) == 0
+    results = json.loads((tmp_path / "smoke.json").read_text(encoding="utf-8"))
+    assert set(results) >= {"meta", "ceiling", "runtime", "generation", "serving", "checks"}
+    assert len(results["meta"]["load_start"]) == 3 and len(results["meta"]["load_end"]) == 3
+
+    for shape in results["runtime"]["shapes"]:
+        assert set(shape["sequences_per_s"]) == {"pytorch_eager", "ort_decomposed", "ort_fused", "ort_int8"}
+        assert all(_finite_positive(s) for s in shape["sequences_per_s"].values())
+    accuracy = results["runtime"]["accuracy"]
+    assert all(0.5 < accuracy[name] <= 1.0 for name in ("pytorch_eager", "ort_fused", "ort_int8"))
+    assert accuracy["ort_fused"] == pytest.approx(accuracy["pytorch_eager"], abs=0.05)
+
+    for row in results["generation"]["rows"]:
+        assert all(_finite_positive(s) for s in row["sentences_per_s"].values())
+        assert all(count > 0 for count in row["generated_tokens"].values())
+
+    for point in results["serving"]["points"]:
+        assert set(point["async_client"]) == set(point["perf_analyzer"]) | {"fastapi_pytorch"}
+        for cells in (point["perf_analyzer"], point["async_client"]):
+            for cell in cells.values():
+                assert _finite_positive(cell["throughput"])
+                assert cell["p50_ms"]["median"] <= cell["p99_ms"]["median"]
+        assert all(cell["errors"]["median"] == 0 for cell in point["async_client"].values())
+    assert results["serving"]["raw_ort"]["ort_p50_ms"] > 0
+    assert results["ceiling"]["matmul_gflops"]["median"] > 0
+    assert all(0 < f["fraction_of_ceiling"] for f in results["ceiling"]["fractions"])
+    assert {c["name"].split(":")[0] for c in results["checks"]}  # the bars were evaluated
+    assert all(isinstance(c["met"], bool) for c in results["checks"])
+
+    markdown = (tmp_path / "smoke.md").read_text(encoding="utf-8")
+    for heading in ("## 1. Model runtime", "## 2. Generation", "## 3–4. Serving", "## 5. Ceiling", "## Bars"):
+        assert heading in markdown
+    pngs = sorted(p.name for p in tmp_path.glob("*.png"))
+    assert pngs == [
+        f"smoke_{kind}.png" for kind in ("latency_percentiles", "speedup_per_layer", "throughput_vs_concurrency")
+    ]
+    assert all((tmp_path / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+
+
+def test_unknown_section_is_a_clear_error(capsys):
+    with pytest.raises(SystemExit):
+        run.main(["--sections", "runtime,bogus"])
+    assert "unknown sections ['bogus']" in capsys.readouterr().err
