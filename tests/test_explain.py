@@ -5,6 +5,7 @@ heatmap PNG, and errors like the other endpoints'."""
 from __future__ import annotations
 
 import asyncio
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ from PIL import Image
 
 from clients import AsyncClient, Client, ClientError, SentimentAttention, TranslationAlignment
 from clients.cli import EXIT_OK, EXIT_REQUEST_FAILED, EXIT_USAGE, main
-from clients.heatmap import figure_pixels
+from clients.heatmap import HeatmapUnavailable, figure_pixels, find_cjk_font, render_heatmap
 
 ROOT = Path(__file__).resolve().parents[1]
 SENTENCES = ["我爱你。", "这本书很有意思。", "他休息两天。", "今天天气很好。"]
@@ -173,3 +174,21 @@ def test_built_explain_models_load_in_ngc_onnxruntime(model, feeds, output, ngc_
     (want,) = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run([output], feeds)
     assert np.abs(got - want).max() <= 1e-5
     assert_rows_are_distributions(want[1])  # the unpadded text
+
+
+def test_without_a_cjk_font_png_fails_before_any_request(monkeypatch, tmp_path, capsys):
+    from matplotlib import font_manager
+
+    monkeypatch.setitem(sys.modules, "pylopdf_fonts_zh_cn", None)  # the bundled font is not installed
+    monkeypatch.setattr(font_manager.fontManager, "ttflist", [])  # nor any system font
+    with pytest.raises(HeatmapUnavailable, match="no font with Chinese characters"):
+        find_cjk_font()
+    png = tmp_path / "x.png"
+    # nothing listens on port 1: reaching the server would exit with EXIT_UNREACHABLE instead
+    assert main(["--url", "127.0.0.1:1", "explain", "translate", "我爱你。", "--png", str(png)]) == EXIT_USAGE
+    assert "pip install -e '.[explain]'" in capsys.readouterr().err and not png.exists()
+
+
+def test_heatmap_labels_must_fit_the_matrix(tmp_path):
+    with pytest.raises(ValueError, match=r"does not fit 2 × 3 labels"):
+        render_heatmap(np.eye(3), ["a", "b"], ["x", "y", "z"], tmp_path / "m.png")
