@@ -25,6 +25,7 @@ T = TypeVar("T")
 
 log = logging.getLogger("ropeserve.client")  # one INFO record per retry: what failed and how long we wait
 
+DRAINING_MESSAGE = "has no available versions"
 DEFAULT_RETRY_STATUSES: frozenset[str] = frozenset({"StatusCode.UNAVAILABLE", "503", "429"})
 
 
@@ -71,6 +72,10 @@ class RetryPolicy:
         """Whether a second try could succeed where this one failed."""
         if isinstance(error, ServerUnreachable):
             return self.retry_unreachable
+        # A server that is draining (serving.drain) has unloaded its endpoints: another replica, or this one
+        # restarted, will answer. Triton says so with NOT_FOUND / 400 and this message.
+        if self.retry_unreachable and DRAINING_MESSAGE in error.message:
+            return True
         return error.status in self.retry_statuses
 
     def next_delay(self, error: ClientError, attempt: int, rng: random.Random | None = None) -> float | None:

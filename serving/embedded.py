@@ -21,6 +21,7 @@ import contextlib
 import ctypes
 import dataclasses
 import errno
+import functools
 import json
 import os
 import secrets
@@ -35,12 +36,13 @@ import time
 import urllib.error
 import urllib.request
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
 from .backend_dir import build_backend_directory
+from .drain import drain_front_models
 from .repository import require_servable
 from .watchdog import StubWatchdog
 from .wheel import TritonWheel, warn_if_numpy_2
@@ -217,6 +219,7 @@ class _Running:
     exit_timeout_s: int
     tee: threading.Thread | None = None
     watchdog: StubWatchdog | None = None
+    drain: Callable[[float], object] | None = None  # unloads the front models first (serving.drain)
     final_log_tail: str = ""
     returncode: int | None = None
     cleaned: bool = False
@@ -231,6 +234,8 @@ def _shutdown(running: _Running, graceful: bool = True) -> None:
         running.watchdog.stop()  # a stopping server's stubs exit: that is no crash to repair
     process = running.process
     if graceful and process.poll() is None:
+        if running.drain is not None:
+            running.drain(running.exit_timeout_s)
         process.send_signal(signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=running.exit_timeout_s + 5)
@@ -306,6 +311,11 @@ class EmbeddedTriton:
         return self._running.process.pid if self._running else None
 
     @property
+    def process(self) -> subprocess.Popen | None:
+        """The ``tritonserver`` process (for signals and waits in tests; :meth:`stop` is the way to stop it)."""
+        return self._running.process if self._running else None
+
+    @property
     def is_alive(self) -> bool:
         return self._running is not None and self._running.process.poll() is None
 
@@ -314,6 +324,11 @@ class EmbeddedTriton:
         if self._running is None:
             return None
         return self._running.returncode if self._running.returncode is not None else self._running.process.poll()
+
+    @property
+    def watchdog(self) -> StubWatchdog | None:
+        """The stub watchdog (``restart_dead_stubs``); its ``reloads`` say which models it brought back."""
+        return self._running.watchdog if self._running else None
 
     @property
     def log_path(self) -> Path | None:
@@ -386,6 +401,7 @@ class EmbeddedTriton:
             except BaseException:
                 self.kill()  # nothing to drain yet; a graceful stop would only cost seconds
                 raise
+            running.drain = functools.partial(drain_front_models, self.http_url, self.control_headers("http"))
             if opts.restart_dead_stubs:
                 running.watchdog = StubWatchdog(
                     lambda: process_group_members(process.pid), self.http_url, self.control_headers("http")
@@ -442,7 +458,7 @@ class EmbeddedTriton:
             return {}
         wanted = self.options.models
         return {
-            entry["name"]: entry.get("reason") or entry.get("state", "not loaded")
+            entry["name"]: (entry.get("reason") or entry.get("state", "not loaded")).split("\n\nAt:")[0]
             for entry in index
             if entry.get("state") != "READY" and (wanted is None or entry["name"] in wanted)
         }
@@ -450,9 +466,10 @@ class EmbeddedTriton:
     def stop(self) -> int | None:
         """Stop gracefully and clean up (idempotent). Returns the server's exit code.
 
-        Triton first waits, up to ``exit_timeout_s``, for open HTTP connections to close (an idle
-        ``tritonclient.http`` client counts: close it first), then unloads the models; past the timeout it
-        exits with code 1. Interrupting this (a second Ctrl-C) is safe: call :meth:`kill` then.
+        First the front models are unloaded (:mod:`serving.drain`): new requests are refused, the ones they
+        hold finish. Then SIGTERM: Triton waits, up to ``exit_timeout_s``, for open HTTP connections to close
+        (an idle ``tritonclient.http`` client counts: close it first), then unloads the rest; past the timeout
+        it exits with code 1. Interrupting this (a second Ctrl-C) is safe: call :meth:`kill` then.
         """
         if self._running is not None:
             _shutdown(self._running, graceful=True)

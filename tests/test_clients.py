@@ -283,6 +283,8 @@ def test_full_jitter_draws_uniformly_below_the_cap() -> None:
         (ClientError("slow", DEADLINE_EXCEEDED), False),
         (ClientError("broken", BAD_RESPONSE), False),
         (ClientError("server bug", "500"), False),
+        (ClientError("Request for unknown model: 'sentiment' has no available versions", "StatusCode.NOT_FOUND"), True),
+        (ClientError("Request for unknown model: 'sentiment' is not found", "StatusCode.NOT_FOUND"), False),
     ],
 )
 def test_only_overload_and_unreachable_are_retried(error: ClientError, retryable: bool) -> None:

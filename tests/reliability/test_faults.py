@@ -1,0 +1,224 @@
+"""Faults: a killed stub, SIGTERM under load, a broken model file, a restart under load.
+
+Each test runs a server of its own and prints what it measured (run with -s); README's reliability table holds
+those numbers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import tritonclient.grpc as grpcclient
+from reliability_helpers import connect, copy_models, infer, stub_pids, text_input
+from tritonclient.utils import InferenceServerException
+
+from clients import Client, RetryPolicy
+from serving.embedded import SHM_ROOT, EmbeddedTriton, process_group_members
+
+ROOT = Path(__file__).resolve().parents[2]
+SENTIMENT = ["sentiment", "sentiment_encoder"]
+TRANSLATE = ["translate", "translate_generator"]
+
+
+class Load:
+    """`threads` clients sending `model` requests back to back until stopped; every outcome with its time."""
+
+    def __init__(self, server: EmbeddedTriton, model: str, text: str, threads: int = 4) -> None:
+        self.server, self.model, self.text = server, model, text
+        self.outcomes: list[tuple[float, str, float]] = []  # (sent at, "ok" or error, latency)
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
+
+    def __enter__(self) -> Load:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=90)
+        assert not any(thread.is_alive() for thread in self._threads), "a client hung"
+
+    def _run(self) -> None:
+        with connect(self.server, "grpc") as client:
+            while not self._stop.is_set():
+                sent = time.monotonic()
+                try:
+                    infer(client, self.model, [text_input(grpcclient, [self.text])], timeout_s=30)
+                    outcome = "ok"
+                except InferenceServerException as err:
+                    outcome = f"{err.status()}: {err.message()}"
+                self.outcomes.append((sent, outcome, time.monotonic() - sent))
+
+    def after(self, moment: float) -> list[tuple[float, str, float]]:
+        return [o for o in self.outcomes if o[0] >= moment]
+
+
+def test_killed_front_model_stub_is_replaced_and_clients_see_errors_not_hangs(start_server) -> None:
+    server = start_server(SENTIMENT)
+    victim = next(pid for pid, model in stub_pids(server).items() if model == "sentiment")
+    with Load(server, "sentiment", "这部电影不差") as load:
+        time.sleep(1.0)
+        killed_at = time.monotonic()
+        os.kill(victim, signal.SIGKILL)
+        deadline = killed_at + 30
+        while server.watchdog.reloads.get("sentiment", 0) < 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        reloaded_at = time.monotonic()
+        time.sleep(2.0)
+    failures = [o for o in load.outcomes if o[1] != "ok"]
+    last_failure = max((o[0] + o[2] for o in failures), default=killed_at)
+    print(
+        f"\nstub {victim} killed: {len(failures)} failed requests of {len(load.outcomes)}, "
+        f"{Counter(o[1] for o in failures)}; watchdog reload after {reloaded_at - killed_at:.2f} s; "
+        f"last failure {last_failure - killed_at:.2f} s after the kill; max latency "
+        f"{max(o[2] for o in load.outcomes):.2f} s"
+    )
+    assert server.watchdog.reloads == {"sentiment": 1}
+    assert victim not in stub_pids(server)
+    # The failures in between are errors the client saw, each within about one health-check period.
+    assert all("is not healthy" in o[1] and o[2] < 10 for o in failures)
+    # Later requests succeed: everything sent a second after the reload was answered.
+    late = load.after(reloaded_at + 1.0)
+    assert late and all(o[1] == "ok" for o in late)
+
+
+def test_sigterm_under_load_drains_in_flight_and_refuses_new(start_server) -> None:
+    server = start_server(TRANSLATE, exit_timeout_s=20)
+    long_text = "他每天早上六点起床，然后去公园跑步，跑完步以后回家吃早饭，再坐地铁去公司上班。" * 2
+    results: list[str] = []
+
+    def slow_request() -> None:
+        with connect(server, "grpc") as client:
+            inputs = [text_input(grpcclient, [long_text] * 16)]
+            try:
+                infer(client, "translate", inputs, timeout_s=60)
+                results.append("ok")
+            except InferenceServerException as err:
+                results.append(f"{err.status()}: {err.message()}")
+
+    threads = [threading.Thread(target=slow_request) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.5)  # in flight: 64 long texts with 4 beams take seconds on 2 cores
+    signalled = time.monotonic()
+    stopper = threading.Thread(target=server.stop)  # what SIGTERM/Ctrl-C to `python -m serving` runs
+    stopper.start()
+    time.sleep(0.3)
+    refused = None
+    try:
+        with connect(server, "grpc") as client:
+            infer(client, "translate", [text_input(grpcclient, ["我爱你。"])], timeout_s=10)
+    except InferenceServerException as err:
+        refused = f"{err.status()}: {err.message()}"
+    for thread in threads:
+        thread.join(timeout=60)
+    returncode = server.process.wait(timeout=server.options.exit_timeout_s + 10)
+    exited_after = time.monotonic() - signalled
+    stopper.join(timeout=30)
+    print(f"\nstop under load: in-flight {results}; new: {refused}; exit {returncode} after {exited_after:.1f} s")
+    assert results == ["ok"] * 4  # in-flight requests completed
+    assert refused is not None  # a new one was refused, not queued
+    assert returncode == 0 and exited_after < server.options.exit_timeout_s
+    assert process_group_members(server.pid) == []
+    assert list(SHM_ROOT.glob(f"{server.shm_prefix}*")) == []
+
+
+def broken_repository(tmp_path: Path) -> Path:
+    repo = copy_models(tmp_path / "repo", SENTIMENT + TRANSLATE)
+    broken = repo / "sentiment_encoder" / "1" / "model.onnx"
+    broken.unlink()
+    broken.write_bytes(b"\x08\x07 this is not an ONNX model")
+    return repo
+
+
+def test_broken_model_file_leaves_the_other_endpoints_serving(start_server, tmp_path: Path) -> None:
+    server = start_server(SENTIMENT + TRANSLATE, repository=broken_repository(tmp_path), require_all_models=False)
+    failed = server.unavailable_models()
+    print(f"\nbroken model: {failed}")
+    assert set(failed) == {"sentiment_encoder"}
+    assert "model.onnx" in failed["sentiment_encoder"]
+    with connect(server, "http") as client:
+        assert client.is_server_live() and not client.is_server_ready()  # readiness reports the broken one
+        assert not client.is_model_ready("sentiment_encoder") and client.is_model_ready("translate")
+    with connect(server, "grpc") as client:
+        assert (
+            "love"
+            in infer(client, "translate", [text_input(grpcclient, ["我爱你。"])])
+            .as_numpy("TRANSLATION")[0, 0]
+            .decode()
+            .lower()
+        )
+        with pytest.raises(InferenceServerException, match="sentiment_encoder"):
+            infer(client, "sentiment", [text_input(grpcclient, ["很好"])])
+    log = server.log_tail(400)
+    assert "sentiment_encoder" in log and "model.onnx" in log
+
+
+def test_serving_cli_starts_degraded_and_names_the_broken_model(tmp_path: Path) -> None:
+    from serving.embedded import free_ports
+
+    http, grpc, metrics = free_ports(3)
+    command = [sys.executable, "-m", "serving", "--model-repository", str(broken_repository(tmp_path))]
+    command += ["--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)]
+    out_path, err_path = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+    with open(out_path, "w") as out, open(err_path, "w") as err:
+        process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=err, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while "Triton ready" not in out_path.read_text() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "Triton ready" in out_path.read_text(), err_path.read_text()
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=60)
+    stderr = err_path.read_text()
+    assert process.returncode == 0, stderr
+    assert "serving WITHOUT these models" in stderr and "sentiment_encoder" in stderr and "model.onnx" in stderr
+
+
+def test_restart_under_load_clients_retry_then_succeed(start_server, caplog) -> None:
+    server = start_server(SENTIMENT)
+    options = server.options
+    policy = RetryPolicy(max_attempts=60, base_delay_s=0.1, max_delay_s=0.5)
+    answers: list = []
+    errors: list = []
+    stop = threading.Event()
+
+    def client_loop() -> None:
+        with Client(server.grpc_url, retry=policy, timeout_s=10) as client:
+            while not stop.is_set():
+                try:
+                    answers.append(client.sentiment(["这部电影不差"])[0].label)
+                except Exception as err:  # noqa: BLE001 - any error fails the test below
+                    errors.append(err)
+
+    caplog.set_level(logging.INFO, logger="ropeserve.client")
+    worker = threading.Thread(target=client_loop)
+    worker.start()
+    time.sleep(1.0)
+    before_restart = len(answers)
+    restarted_at = time.monotonic()
+    server.stop()
+    replacement = EmbeddedTriton(options)
+    replacement.start()
+    back_after = time.monotonic() - restarted_at
+    time.sleep(1.0)
+    stop.set()
+    worker.join(timeout=60)
+    replacement.stop()
+    retries = [r for r in caplog.records if r.name == "ropeserve.client" and "retrying" in r.getMessage()]
+    print(f"\nrestart: server back after {back_after:.1f} s; {len(retries)} retries; errors {errors}")
+    assert errors == []
+    assert len(retries) > 0  # the SDK saw the outage and retried
+    assert len(answers) > before_restart and set(answers) == {"positive"}  # then succeeded

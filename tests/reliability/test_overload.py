@@ -1,0 +1,117 @@
+"""Overload: four times the measured capacity of `translate` is refused fast, never queued without bound.
+
+The front models' configs cap the queue (`default_queue_policy`: max_queue_size, REJECT after a timeout). This
+test measures the endpoint's capacity with a closed loop, then offers 4× that rate open-loop (requests sent on a
+clock, whatever the answers) and checks what issue 6 asks: rejections come back at once as UNAVAILABLE, the
+accepted requests keep a bounded latency, the server's memory stays bounded, Triton's metrics count the
+rejections it can count, and the server serves normally afterwards. Numbers go to the test log (-s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from collections import Counter
+from pathlib import Path
+
+import tritonclient.grpc.aio as grpc_aio
+from reliability_helpers import connect, infer, rss_mb, text_input
+from tritonclient.utils import InferenceServerException
+
+from serving.metrics import metric_sum
+
+MODEL = "translate"
+TEXTS = ["我们明天去北京。", "这本书很有意思。", "他每天早上六点起床，然后去公园跑步。", "我爱你。"]
+QUEUE_FULL = "Exceeds maximum queue size"
+TIMED_OUT = "Request timeout expired"
+QUEUE_TIMEOUT_S = 5.0  # model_repository/translate/config.pbtxt default_timeout_microseconds
+
+
+def config_value(field: str) -> float:
+    text = (Path(__file__).resolve().parents[2] / "model_repository" / MODEL / "config.pbtxt").read_text()
+    line = next(line for line in text.splitlines() if line.strip().startswith(f"{field}:"))
+    return float(line.split(":")[1])
+
+
+async def _one(client, i: int, outcomes: list) -> None:
+    inputs = [text_input(grpc_aio, [TEXTS[i % len(TEXTS)]])]
+    started = time.perf_counter()
+    try:
+        await client.infer(MODEL, inputs, client_timeout=60)
+        outcomes.append(("ok", time.perf_counter() - started))
+    except InferenceServerException as err:
+        outcomes.append((f"{err.status()}|{err.message()}", time.perf_counter() - started))
+
+
+async def closed_loop_rate(url: str, concurrency: int, seconds: float) -> float:
+    """Requests/s answered with `concurrency` clients each waiting for its answer: the capacity."""
+    outcomes: list = []
+    async with grpc_aio.InferenceServerClient(url) as client:
+        end = time.perf_counter() + seconds
+
+        async def worker(w: int) -> None:
+            i = w
+            while time.perf_counter() < end:
+                await _one(client, i, outcomes)
+                i += concurrency
+
+        await asyncio.gather(*(worker(w) for w in range(concurrency)))
+    assert all(kind == "ok" for kind, _ in outcomes), Counter(kind for kind, _ in outcomes)
+    return len(outcomes) / seconds
+
+
+async def open_loop(url: str, rate: float, seconds: float) -> list:
+    """Send at `rate` per second for `seconds`, not waiting for answers; every outcome with its latency."""
+    outcomes: list = []
+    async with grpc_aio.InferenceServerClient(url) as client:
+        tasks, start, i = [], time.perf_counter(), 0
+        while (now := time.perf_counter()) - start < seconds:
+            tasks.append(asyncio.create_task(_one(client, i, outcomes)))
+            i += 1
+            await asyncio.sleep(max(0.0, start + i / rate - now))
+        await asyncio.wait_for(asyncio.gather(*tasks), timeout=120)  # nothing hangs
+    return outcomes
+
+
+def p(values: list[float], q: float) -> float:
+    return sorted(values)[min(len(values) - 1, int(q * len(values)))]
+
+
+def test_four_times_capacity_is_rejected_fast_and_bounded(start_server) -> None:
+    server = start_server([MODEL, f"{MODEL}_generator"])
+    assert config_value("max_queue_size") == 64
+    assert config_value("default_timeout_microseconds") == QUEUE_TIMEOUT_S * 1e6
+    capacity = asyncio.run(closed_loop_rate(server.grpc_url, concurrency=16, seconds=3))
+    memory_before = rss_mb(server)
+    outcomes = asyncio.run(open_loop(server.grpc_url, rate=4 * capacity, seconds=5))
+    memory_after = rss_mb(server)
+
+    kinds = Counter(kind.split("|")[0] for kind, _ in outcomes)
+    accepted = [latency for kind, latency in outcomes if kind == "ok"]
+    full = [latency for kind, latency in outcomes if QUEUE_FULL in kind]
+    timed_out = [latency for kind, latency in outcomes if TIMED_OUT in kind]
+    print(
+        f"\ncapacity {capacity:.0f} req/s; offered {4 * capacity:.0f} req/s for 5 s: {dict(kinds)}; "
+        f"accepted p50 {p(accepted, 0.5):.3f} s p99 {p(accepted, 0.99):.3f} s; queue-full rejections "
+        f"p50 {p(full, 0.5) * 1000:.1f} ms p99 {p(full, 0.99) * 1000:.1f} ms; timeouts {len(timed_out)}; "
+        f"server RSS {memory_before:.0f} → {memory_after:.0f} MB"
+    )
+    # Every request answered or refused with UNAVAILABLE (gRPC) for a full queue or an expired wait; nothing else.
+    assert set(kinds) <= {"ok", "StatusCode.UNAVAILABLE"}, kinds
+    assert len(full) + len(timed_out) == kinds["StatusCode.UNAVAILABLE"] > 0
+    assert len(accepted) > 0
+    # Refusing is fast: a full queue answers at once, far sooner than an accepted request.
+    assert statistics.median(full) < statistics.median(accepted)
+    # Accepted requests waited at most the queue timeout, then ran: bounded, not growing with the backlog.
+    assert p(accepted, 0.99) < QUEUE_TIMEOUT_S + 10
+    # A bounded queue holds bounded memory.
+    assert memory_after - memory_before < 300, (memory_before, memory_after)
+    # Triton counts the requests it rejected from its queue (expired waits); a full queue is refused before the
+    # request reaches the model, and Triton 2.51 does not count those (measured), so clients and the locust
+    # report count them.
+    rejected = metric_sum(server.metrics_url, "nv_inference_request_failure", model=MODEL, reason="REJECTED")
+    assert rejected == len(timed_out)
+    # And afterwards it serves as before.
+    with connect(server, "grpc") as client:
+        assert infer(client, MODEL, [text_input(grpc_aio, ["我爱你。"])]).as_numpy("TRANSLATION").shape == (1, 1)
