@@ -51,6 +51,10 @@ test: venv $(NGC_ORT)/.installed $(PERF_ANALYZER)/.installed repository lint  ##
 train-sentiment: venv  ## train the sentiment model (≤ 30 min on 2 cores) into checkpoints/sentiment
 	$(PY) -m export.train sentiment --data-dir $(DATA_DIR) --minutes 26 --epochs 6
 
+.PHONY: ablation
+ablation: venv  ## positional-encoding ablation (4 schemes, synthetic tasks) into ablation/; see ABLATION.md
+	$(PY) -m export.ablation --out ablation
+
 clean:  ## remove built ONNX files and caches (keeps .venv)
 	rm -rf model_repository/*/1/*.onnx model_repository/*/1/tokenizer.json model_repository/*/1/config.json \
 	       model_repository/.built.json .pytest_cache .ruff_cache

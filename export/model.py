@@ -14,6 +14,11 @@ forward emits ONNX Runtime's fused operators instead (`com.microsoft::RotaryEmbe
 `com.microsoft::MultiHeadAttention`), so the exported graph holds one fused attention node per
 layer by construction; no pattern matching by an optimizer is needed.
 
+Positions can also be given the other ways the seed documents compare (ModelConfig.positional,
+measured in ABLATION.md): sinusoidal or learned absolute embeddings added to the tokens, or a learned
+bias a_{i-j} added to the attention scores. RoPE stays the default and the only scheme of the
+encoder-decoder and of the served models.
+
 Two models are built from these pieces: `SentimentClassifier` (encoder + pooled head) and
 `Seq2Seq` (encoder + causal decoder with cross-attention and a KV cache, for translation and
 summarization). Keys and values are cached in the BNSH layout [B, H, T, Dh], the layout of
@@ -31,6 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 MS_DOMAIN_VERSION = 1
+POSITIONAL_SCHEMES = ("rope", "sinusoidal", "learned", "relative_bias")
 _EMIT_FUSED_OPS = True
 
 
@@ -67,6 +73,10 @@ class ModelConfig:
     n_decoder_layers: int = 0
     bos_id: int = 2  # decoder start token (the project's tokenizers: pad 0, unk 1, bos 2, eos 3)
     eos_id: int = 3
+    # How attention learns where tokens are; one of POSITIONAL_SCHEMES (see the section "Positions" below).
+    positional: str = "rope"
+    relative_buckets: int = 32  # "relative_bias": T5's buckets of i - j, half per direction
+    relative_max_distance: int = 128  # "relative_bias": distances from here on share the last bucket
 
     @property
     def head_dim(self) -> int:
@@ -87,8 +97,14 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
-        if self.head_dim % 2:
+        if self.positional not in POSITIONAL_SCHEMES:
+            raise ValueError(f"positional={self.positional!r} is not one of {', '.join(POSITIONAL_SCHEMES)}")
+        if self.positional == "rope" and self.head_dim % 2:
             raise ValueError(f"head_dim={self.head_dim} must be even for RoPE")
+        if self.positional == "sinusoidal" and self.d_model % 2:
+            raise ValueError(f"d_model={self.d_model} must be even for sinusoidal positions (sin/cos pairs)")
+        if self.positional == "relative_bias" and (self.relative_buckets < 4 or self.relative_buckets % 4):
+            raise ValueError(f"relative_buckets={self.relative_buckets} must be a positive multiple of 4")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,6 +154,56 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, offset: int | Tensor = 0) ->
 
 
 # ---------------------------------------------------------------------------------------------
+# Positions: the other schemes of the seed's comparison (encoder only; RoPE is above)
+# ---------------------------------------------------------------------------------------------
+
+
+def sinusoidal_table(max_len: int, d_model: int) -> Tensor:
+    """The original Transformer's table [max_len, d_model], added to the token embeddings:
+
+        PE(pos, 2i)   = sin(pos / 10000^(2i/d_model))
+        PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))
+
+    The angles are RoPE's with head_dim = d_model; PE(pos + k) is a linear map of PE(pos).
+    """
+    cos, sin = rope_tables(max_len, d_model)
+    return torch.stack([sin, cos], dim=-1).flatten(1)  # interleave: sin at even, cos at odd dimensions
+
+
+def relative_bucket(distance: Tensor, n_buckets: int, max_distance: int) -> Tensor:
+    """T5's bucket of each relative distance i - j (int64, any shape).
+
+    Half the buckets per direction; in each, distances below n_buckets/4 get a bucket of their own
+    and longer ones share log-spaced buckets, the last one holding every distance >= max_distance.
+    """
+    half = n_buckets // 2
+    exact = half // 2
+    d = distance.abs()
+    log_spaced = exact + (torch.log(d.clamp(min=1).float() / exact) / math.log(max_distance / exact) * (half - exact))
+    log_spaced = log_spaced.long().clamp(max=half - 1)
+    return (distance > 0).long() * half + torch.where(d < exact, d, log_spaced)
+
+
+class RelativePositionBias(nn.Module):
+    """e_ij = (x_i W_Q)(x_j W_K)ᵀ/√d + a_{i-j}: one learned scalar per head and bucket of i - j.
+
+    Shared by all layers (as in T5). Starts at zero, so a bucket that training never reached
+    (a distance longer than any training sequence) adds nothing instead of noise.
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.n_buckets, self.max_distance = cfg.relative_buckets, cfg.relative_max_distance
+        self.bias = nn.Parameter(torch.zeros(cfg.relative_buckets, cfg.n_heads))  # a[bucket, head]
+
+    def forward(self, seq_len: int) -> Tensor:
+        """Additive score bias [1, H, S, S] for S positions."""
+        pos = torch.arange(seq_len, device=self.bias.device)
+        buckets = relative_bucket(pos[:, None] - pos[None, :], self.n_buckets, self.max_distance)  # [S, S]: i - j
+        return self.bias[buckets].permute(2, 0, 1).unsqueeze(0)
+
+
+# ---------------------------------------------------------------------------------------------
 # Attention
 # ---------------------------------------------------------------------------------------------
 
@@ -157,16 +223,20 @@ def merge_heads(x: Tensor) -> Tensor:
     return x.transpose(1, 2).reshape(b, s, h * dh)
 
 
-def fused_attention(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor, n_heads: int, dropout: float) -> Tensor:
-    """softmax(Q·Kᵀ/√d)·V over heads, ignoring padded keys.
+def fused_attention(
+    q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor, n_heads: int, dropout: float, bias: Tensor | None = None
+) -> Tensor:
+    """softmax(Q·Kᵀ/√d + bias)·V over heads, ignoring padded keys.
 
-    q: [B, S, D]; k, v: [B, T, D]; key_padding_mask: [B, T] (1 = real token, 0 = padding).
-    Returns [B, S, D]. In export this is one `com.microsoft::MultiHeadAttention` node.
+    q: [B, S, D]; k, v: [B, T, D]; key_padding_mask: [B, T] (1 = real token, 0 = padding);
+    bias: None or [1, H, S, T] (relative positions). Returns [B, S, D]. In export this is one
+    `com.microsoft::MultiHeadAttention` node (the bias is its attention_bias input).
     """
     if emits_fused_ops():
+        inputs = (q, k, v, None, key_padding_mask.to(torch.int32))
         return torch.onnx.ops.symbolic(
             "com.microsoft::MultiHeadAttention",
-            (q, k, v, None, key_padding_mask.to(torch.int32)),
+            inputs if bias is None else (*inputs, bias),  # input 5: attention_bias [1, H, S, T]
             {"num_heads": n_heads},
             dtype=q.dtype,
             shape=q.shape,
@@ -174,6 +244,10 @@ def fused_attention(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor, n
         )
     qh, kh, vh = split_heads(q, n_heads), split_heads(k, n_heads), split_heads(v, n_heads)  # [B, H, ·, Dh]
     mask = key_padding_mask.bool()[:, None, None, :]  # [B, 1, 1, T], True = may attend
+    if bias is not None:  # e_ij = q_i·k_j/√d + a_{i-j}, written out: SDPA with a float mask does not export
+        scores = qh @ kh.transpose(-1, -2) / math.sqrt(qh.shape[-1]) + bias  # [B, H, S, T]
+        probs = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)  # padded keys get 0
+        return merge_heads(F.dropout(probs, dropout) @ vh)
     return merge_heads(F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, dropout_p=dropout))
 
 
@@ -247,7 +321,11 @@ def causal_attention(
 
 
 class SelfAttention(nn.Module):
-    """Multi-head self-attention with one fused QKV projection and RoPE on Q and K."""
+    """Multi-head self-attention with one fused QKV projection and RoPE on Q and K.
+
+    Without RoPE tables (cos = sin = None) Q and K are not rotated; `bias` adds relative-position
+    scores. Both belong to the positional ablation; the served models use RoPE.
+    """
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -256,11 +334,14 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
         self.out = nn.Linear(cfg.d_model, cfg.d_model)
 
-    def forward(self, x: Tensor, mask: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    def forward(
+        self, x: Tensor, mask: Tensor, cos: Tensor | None, sin: Tensor | None, bias: Tensor | None = None
+    ) -> Tensor:
         q, k, v = self.qkv(x).chunk(3, dim=-1)  # each [B, S, D]
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if cos is not None:
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         p = self.dropout if self.training else 0.0
-        return self.out(fused_attention(q, k, v, mask, self.n_heads, p))
+        return self.out(fused_attention(q, k, v, mask, self.n_heads, p, bias))
 
 
 class FeedForward(nn.Module):
@@ -284,13 +365,21 @@ class EncoderBlock(nn.Module):
         self.ffn = FeedForward(cfg)
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: Tensor, mask: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        x = x + self.drop(self.attn(self.attn_norm(x), mask, cos, sin))
+    def forward(
+        self, x: Tensor, mask: Tensor, cos: Tensor | None, sin: Tensor | None, bias: Tensor | None = None
+    ) -> Tensor:
+        x = x + self.drop(self.attn(self.attn_norm(x), mask, cos, sin, bias))
         return x + self.drop(self.ffn(self.ffn_norm(x)))
 
 
 class Encoder(nn.Module):
-    """Token ids [B, S] → contextual states [B, S, D] (final LayerNorm applied)."""
+    """Token ids [B, S] → contextual states [B, S, D] (final LayerNorm applied).
+
+    Positions per `cfg.positional`: "rope" rotates Q and K in every layer; "sinusoidal" and
+    "learned" add a table row per position to the token embeddings (a learned row exists only for
+    positions seen in training: longer inputs reach rows that never got a gradient); "relative_bias"
+    adds a_{i-j} to the attention scores.
+    """
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -299,14 +388,34 @@ class Encoder(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(EncoderBlock(cfg) for _ in range(cfg.n_layers))
         self.norm = nn.LayerNorm(cfg.d_model)
-        cos, sin = rope_tables(cfg.max_len, cfg.head_dim, cfg.rope_base)
-        self.register_buffer("rope_cos", cos, persistent=False)
-        self.register_buffer("rope_sin", sin, persistent=False)
+        if cfg.positional == "rope":
+            cos, sin = rope_tables(cfg.max_len, cfg.head_dim, cfg.rope_base)
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
+        elif cfg.positional == "sinusoidal":
+            self.register_buffer("pos_table", sinusoidal_table(cfg.max_len, cfg.d_model), persistent=False)
+        elif cfg.positional == "learned":
+            self.pos_embed = nn.Embedding(cfg.max_len, cfg.d_model)  # one trained row per position
+        else:
+            self.rel_bias = RelativePositionBias(cfg)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
-        x = self.drop(self.embed(input_ids) * math.sqrt(self.cfg.d_model))
+        s = input_ids.shape[1]
+        if not torch.onnx.is_in_onnx_export() and s > self.cfg.max_len:
+            raise ValueError(f"sequence of {s} tokens is longer than max_len={self.cfg.max_len}; truncate it")
+        x = self.embed(input_ids) * math.sqrt(self.cfg.d_model)  # [B, S, D]
+        cos = sin = bias = None
+        if self.cfg.positional == "rope":
+            cos, sin = self.rope_cos, self.rope_sin
+        elif self.cfg.positional == "sinusoidal":
+            x = x + self.pos_table[:s]
+        elif self.cfg.positional == "learned":
+            x = x + self.pos_embed.weight[:s] * math.sqrt(self.cfg.d_model)  # same scale as the tokens
+        else:
+            bias = self.rel_bias(s)  # [1, H, S, S]
+        x = self.drop(x)
         for block in self.blocks:
-            x = block(x, attention_mask, self.rope_cos, self.rope_sin)
+            x = block(x, attention_mask, cos, sin, bias)
         return self.norm(x)
 
 
@@ -482,6 +591,10 @@ class Seq2Seq(nn.Module):
         super().__init__()
         if cfg.n_decoder_layers < 1:
             raise ValueError("Seq2Seq needs n_decoder_layers >= 1")
+        if cfg.positional != "rope":
+            raise ValueError(
+                f"Seq2Seq supports positional='rope' only, not {cfg.positional!r}: the other schemes are encoder-only"
+            )
         self.cfg = cfg
         self.encoder = Encoder(cfg)
         self.decoder = Decoder(cfg)
