@@ -43,21 +43,25 @@ def _serving_checks(results: dict[str, Any]) -> list[dict[str, Any]]:
     top = max(section["points"], key=lambda p: p["concurrency"])
     c = top["concurrency"]
     pa = top["perf_analyzer"]
-    on, off = pa[serving.REFERENCE], pa[serving.VARIANTS[2].name]
     client = top["async_client"]
     first = min(section["points"], key=lambda p: p["concurrency"])["concurrency"]
-    return [
-        check(
-            f"dynamic batching / none, throughput at c={c} (perf_analyzer, 1 instance)",
-            _median(on, "throughput") / _median(off, "throughput"),
-            1.5,
-        ),
-        check(
-            f"dynamic batching p99 / none p99 at c={c} (perf_analyzer)",
-            _median(on, "p99_ms") / _median(off, "p99_ms"),
-            1.0,
-            higher_is_better=False,
-        ),
+    out = []
+    for instances in (1, 2):
+        on, off = pa[f"batching_{instances}inst"], pa[f"no_batching_{instances}inst"]
+        out += [
+            check(
+                f"dynamic batching / none, throughput at c={c} (perf_analyzer, {instances} instance(s))",
+                _median(on, "throughput") / _median(off, "throughput"),
+                1.5,
+            ),
+            check(
+                f"dynamic batching p99 / none p99 at c={c} (perf_analyzer, {instances} instance(s))",
+                _median(on, "p99_ms") / _median(off, "p99_ms"),
+                1.0,
+                higher_is_better=False,
+            ),
+        ]
+    return out + [
         check(
             f"Triton / FastAPI+PyTorch throughput at c={c} (async client)",
             _median(client[serving.REFERENCE], "throughput") / _median(client[serving.FASTAPI], "throughput"),

@@ -92,7 +92,8 @@ def _ceiling(section: dict[str, Any]) -> list[str]:
         "## 5. Ceiling",
         "",
         f"fp32 matmul ({section['matmul_size']}², {section['threads']} threads): "
-        f"{_cell(section['matmul_gflops'], 1)} GFLOP/s. FLOPs per sequence: "
+        f"ceiling (best run) {section['matmul_gflops']['max']:.1f} GFLOP/s, "
+        f"all runs {_cell(section['matmul_gflops'], 1)}. FLOPs per sequence: "
         + ", ".join(f"seq {k}: {v / 1e6:.1f} MFLOP" for k, v in section["flops_per_sequence"].items())
         + ".",
         "",

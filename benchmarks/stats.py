@@ -7,6 +7,7 @@ all of them alike), and the report gives the median with the spread (min, max, i
 
 from __future__ import annotations
 
+import itertools
 import os
 import platform
 import statistics
@@ -46,16 +47,27 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
-def rate(call: Callable[[], int], min_time_s: float, warmup: int = 3) -> float:
-    """Items per second of ``call`` (which returns how many items it processed), run for at least min_time_s."""
-    for _ in range(warmup):
+def rate(call: Callable[[], int], min_time_s: float, warmup: int = 5) -> float:
+    """Items per second of ``call`` (which returns how many items it processed): items / median call time.
+
+    Warm-up for ``warmup`` calls and min_time_s / 2, then calls repeat for at least min_time_s (and at least
+    5 times). The median, not the mean, because on a
+    shared machine a few calls land in another process's burst; and PyTorch eager runs the first calls of a
+    new shape 10-100x slower, which the warm-up calls absorb.
+    """
+    warm_until = time.perf_counter() + min_time_s / 2
+    for done in itertools.count():
+        if done >= warmup and time.perf_counter() >= warm_until:
+            break
         call()
-    items, start = 0, time.perf_counter()
-    while True:
-        items += call()
-        elapsed = time.perf_counter() - start
-        if elapsed >= min_time_s:
-            return items / elapsed
+    times: list[float] = []
+    items = 0
+    start = time.perf_counter()
+    while len(times) < 5 or time.perf_counter() - start < min_time_s:
+        began = time.perf_counter()
+        items = call()
+        times.append(time.perf_counter() - began)
+    return items / statistics.median(times)
 
 
 def interleaved(

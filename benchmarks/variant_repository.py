@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.profiles import REPOSITORY
+from serving.ort_backend.session_config import available_cpus
 
 SENTIMENT_MODELS = ("sentiment", "sentiment_encoder")
 THROUGHPUT_QUEUE_SIZE = 4096  # a committed queue limit would reject requests at concurrency 32: raise it
@@ -18,12 +19,18 @@ THROUGHPUT_QUEUE_SIZE = 4096  # a committed queue limit would reject requests at
 
 @dataclass(frozen=True)
 class ServingVariant:
-    batching: bool
-    instances: int
+    """Dynamic batching on/off and the instance count of both sentiment models; ``None`` keeps the committed
+    setting, so ``ServingVariant()`` is the endpoint as shipped (only its queue limit raised)."""
+
+    batching: bool | None = None
+    instances: int | None = None
 
     @property
     def name(self) -> str:
-        return f"{'batching' if self.batching else 'no_batching'}_{self.instances}inst"
+        if self.batching is None and self.instances is None:
+            return "served"
+        batching = {None: "", True: "batching_", False: "no_batching_"}[self.batching]
+        return batching + (f"{self.instances}inst" if self.instances else "as_committed")
 
 
 def _block_span(text: str, keyword: str) -> tuple[int, int] | None:
@@ -40,11 +47,19 @@ def _block_span(text: str, keyword: str) -> tuple[int, int] | None:
 
 
 def rewrite_config(text: str, variant: ServingVariant) -> str:
-    """A config.pbtxt with the variant's batching and instance count, and a queue limit high enough."""
+    """A config.pbtxt with the variant's batching, instance count and threads per instance, and a queue limit
+    high enough for throughput runs."""
     span = _block_span(text, "dynamic_batching")
-    if not variant.batching and span is not None:
+    if variant.batching is False and span is not None:
         text = text[: span[0]] + "\n" + text[span[1] :]
     text = re.sub(r"max_queue_size\s*:\s*\d+", f"max_queue_size: {THROUGHPUT_QUEUE_SIZE}", text)
+    if variant.instances is None:
+        return text
+    # Same thread budget for every instance count: n instances × (cores / n) intra-op threads each.
+    threads = max(1, available_cpus() // variant.instances)
+    text = re.sub(
+        r'(key:\s*"intra_op_thread_count"\s*,\s*value:\s*{\s*string_value:\s*)"\d+"', rf'\g<1>"{threads}"', text
+    )
     group = f"instance_group [ {{ count: {variant.instances}, kind: KIND_CPU }} ]"
     text, replaced = re.subn(r"instance_group\s*\[[^\]]*\]", group, text)
     return text if replaced else text + "\n" + group + "\n"

@@ -92,3 +92,10 @@ def test_unknown_section_is_a_clear_error(capsys):
     with pytest.raises(SystemExit):
         run.main(["--sections", "runtime,bogus"])
     assert "unknown sections ['bogus']" in capsys.readouterr().err
+
+
+def test_served_variant_keeps_the_committed_settings():
+    text = rewrite_config(CONFIG, ServingVariant())
+    assert ServingVariant().name == "served"
+    assert "dynamic_batching {" in text and "count: 2, kind: KIND_CPU" in text
+    assert "max_queue_size: 16" not in text  # only the queue limit is raised for throughput runs
