@@ -43,6 +43,7 @@ from typing import IO
 
 from .backend_dir import build_backend_directory
 from .drain import drain_front_models
+from .http_guard import DEFAULT_MAX_JSON_BYTES, HttpGuard
 from .repository import require_servable
 from .watchdog import StubWatchdog
 from .wheel import TritonWheel, warn_if_numpy_2
@@ -73,6 +74,9 @@ class ServerOptions:
     ``restart_dead_stubs``: reload a model whose Python-backend stub process died (:mod:`serving.watchdog`);
     Triton 2.51 would otherwise keep failing the requests routed to that instance.
 
+    ``http_guard``: serve HTTP through :mod:`serving.http_guard`, which refuses requests whose JSON is over
+    ``max_http_json_bytes`` (413): Triton 2.51 crashes on HTTP JSON bodies over about 4 MB.
+
     ``require_all_models``: a model that fails to load makes :meth:`EmbeddedTriton.start` fail. Without it the
     server keeps serving the other models (``--exit-on-error=false``), ``/v2/health/ready`` stays false
     (strict readiness) and :meth:`EmbeddedTriton.unavailable_models` names each failure and its cause.
@@ -93,6 +97,8 @@ class ServerOptions:
     control_key: str | None = None
     restart_dead_stubs: bool = True
     require_all_models: bool = True
+    http_guard: bool = True
+    max_http_json_bytes: int = DEFAULT_MAX_JSON_BYTES
     exit_timeout_s: int = 30
     ready_timeout_s: float = 120.0
     log_verbose: int = 0
@@ -105,16 +111,22 @@ class ServerOptions:
     def ports(self) -> dict[str, int]:
         return {"http": self.http_port, "grpc": self.grpc_port, "metrics": self.metrics_port}
 
-    def command_args(self, backend_dir: Path, cache_dir: Path, shm_prefix: str, control_key: str) -> list[str]:
-        """The ``tritonserver`` flags (no binary). Pure, so tests can read what would run."""
+    def command_args(
+        self, backend_dir: Path, cache_dir: Path, shm_prefix: str, control_key: str, guarded_http_port: int = 0
+    ) -> list[str]:
+        """The ``tritonserver`` flags (no binary). Pure, so tests can read what would run.
+
+        ``guarded_http_port``: Triton's HTTP endpoint listens there on loopback, behind :mod:`serving.http_guard`.
+        """
+        http_host, http_port = ("127.0.0.1", guarded_http_port) if guarded_http_port else (self.host, self.http_port)
         args = [
             f"--model-repository={Path(self.model_repository).resolve()}",
             f"--backend-directory={backend_dir}",
             f"--cache-directory={cache_dir}",
-            f"--http-address={self.host}",
+            f"--http-address={http_host}",
             f"--grpc-address={self.host}",
             f"--metrics-address={self.host}",
-            f"--http-port={self.http_port}",
+            f"--http-port={http_port}",
             f"--grpc-port={self.grpc_port}",
             f"--metrics-port={self.metrics_port}",
             "--allow-metrics=true",
@@ -219,6 +231,7 @@ class _Running:
     exit_timeout_s: int
     tee: threading.Thread | None = None
     watchdog: StubWatchdog | None = None
+    guard: HttpGuard | None = None
     drain: Callable[[float], object] | None = None  # unloads the front models first (serving.drain)
     final_log_tail: str = ""
     returncode: int | None = None
@@ -248,6 +261,8 @@ def _shutdown(running: _Running, graceful: bool = True) -> None:
             break
         time.sleep(0.05)
     running.returncode = process.wait()
+    if running.guard is not None:
+        running.guard.stop()
     if running.tee is not None:
         running.tee.join(timeout=5)
     running.log_handle.close()
@@ -363,14 +378,20 @@ class EmbeddedTriton:
         wheel = TritonWheel.locate()
         workdir = Path(tempfile.mkdtemp(prefix="ropeserve-triton-"))
         log_handle: IO[bytes] | None = None
+        guard = None
         try:
             backend_dir = build_backend_directory(workdir / "backends", wheel)
+            guarded_port = 0
+            if opts.http_guard:
+                guarded_port = free_ports(1)[0]
+                upstream = ("127.0.0.1", guarded_port)
+                guard = HttpGuard(opts.host, opts.http_port, upstream, opts.max_http_json_bytes).start()
             log_path = Path(opts.log_file) if opts.log_file else workdir / "tritonserver.log"
             log_path.parent.mkdir(parents=True, exist_ok=True)
             log_handle = open(log_path, "wb")  # closed by _shutdown
             command = [
                 str(wheel.binary),
-                *opts.command_args(backend_dir, wheel.caches, self.shm_prefix, self.control_key),
+                *opts.command_args(backend_dir, wheel.caches, self.shm_prefix, self.control_key, guarded_port),
             ]
             process = subprocess.Popen(
                 command,
@@ -383,11 +404,13 @@ class EmbeddedTriton:
                 preexec_fn=_set_parent_death_signal if self._die_with_parent() else None,
             )
         except BaseException:
+            if guard is not None:
+                guard.stop()
             if log_handle is not None:
                 log_handle.close()
             shutil.rmtree(workdir, ignore_errors=True)
             raise
-        running = _Running(process, workdir, log_path, log_handle, self.shm_prefix, opts.exit_timeout_s)
+        running = _Running(process, workdir, log_path, log_handle, self.shm_prefix, opts.exit_timeout_s, guard=guard)
         if opts.stream_log:
             running.tee = threading.Thread(
                 target=_tee, args=(process.stdout, log_handle), name="tritonserver-log", daemon=True
