@@ -59,8 +59,9 @@ def published_ports(service: dict) -> set[int]:
 def test_services_publish_only_what_a_user_needs_on_loopback():
     services = resolved_services()
     for name in ("triton-gpu", "triton-cpu"):
-        assert published_ports(services[name]) == {8000, 8001}, name
+        assert published_ports(services[name]) == {8001}, name  # HTTP only through nginx's size limit
         assert all(str(p).startswith("127.0.0.1:") for p in services[name]["ports"]), services[name]["ports"]
+    assert published_ports(services["http"]) == {8000}
     assert published_ports(services["grafana"]) == {3000}
     assert not services["prometheus"].get("ports") and not services["locust"].get("ports")
 
@@ -137,3 +138,15 @@ def test_every_file_the_compose_file_mounts_or_builds_from_exists():
     assert "ARG TRITON_IMAGE=nvcr.io/nvidia/tritonserver:24.10-py3" in triton_dockerfile
     assert '"numpy>=1.26,<2"' in final_stage and "tokenizers==" in final_stage and "torch" not in final_stage
     assert "python -m export.build_repository" in triton_dockerfile
+
+
+def test_http_goes_through_nginx_with_the_guard_s_body_limit():
+    """Triton 2.51 crashes on HTTP JSON over ~4 MB; nginx must refuse bodies above the launcher guard's limit."""
+    from serving.http_guard import DEFAULT_MAX_JSON_BYTES
+
+    config = (ROOT / "serving" / "nginx" / "nginx.conf").read_text()
+    limit = re.search(r"client_max_body_size\s+(\d+)m;", config)
+    assert limit and int(limit.group(1)) << 20 == DEFAULT_MAX_JSON_BYTES
+    assert "server triton:8000" in config and "listen 8000" in config
+    mounts = yaml.safe_load(COMPOSE_FILE.read_text())["services"]["http"]["volumes"]
+    assert "./serving/nginx/nginx.conf:/etc/nginx/nginx.conf:ro" in mounts
