@@ -237,6 +237,7 @@ def plot(summary: dict, train_max: int, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    lowest = min(s["min"] for per_scheme in summary.values() for st in per_scheme.values() for s in st.values())
     fig, axes = plt.subplots(1, len(summary), figsize=(5.5 * len(summary), 4), squeeze=False)
     for ax, (task, per_scheme) in zip(axes[0], summary.items()):
         for scheme, stats in per_scheme.items():
@@ -248,7 +249,7 @@ def plot(summary: dict, train_max: int, path: Path) -> Path:
         ax.axvline(train_max, color="grey", linestyle="--", linewidth=1)
         ax.axhline(50, color="grey", linestyle=":", linewidth=1)
         ax.set(title=f"{task} (trained on lengths ≤ {train_max})", xlabel="sequence length", ylabel="accuracy %")
-        ax.set_ylim(40, 101)
+        ax.set_ylim(min(40, 100 * lowest - 3), 101)
         ax.legend()
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
