@@ -94,7 +94,7 @@ def test_killed_front_model_stub_is_replaced_and_clients_see_errors_not_hangs(st
 
 
 def test_sigterm_under_load_drains_in_flight_and_refuses_new(start_server) -> None:
-    server = start_server(TRANSLATE, exit_timeout_s=20)
+    server = start_server(TRANSLATE, exit_timeout_s=60)
     long_text = "他每天早上六点起床，然后去公园跑步，跑完步以后回家吃早饭，再坐地铁去公司上班。" * 2
     results: list[str] = []
 

@@ -68,6 +68,7 @@ def test_random_requests_get_an_answer_or_a_clear_error(triton) -> None:
     finally:
         for client in clients.values():
             client.close()
+    print(f"\nfuzz: {outcomes}")
     assert outcomes["answered"] + outcomes["refused"] >= EXAMPLES
     assert outcomes["answered"] > 50 and outcomes["refused"] > 50, outcomes  # both paths really exercised
     with connect(triton, "http") as client:
