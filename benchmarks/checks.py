@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks import generation, runtime, serving
+from benchmarks import eager, generation, runtime, serving
 
 
 def _median(summary: dict[str, Any], key: str | None = None) -> float:
@@ -20,7 +20,11 @@ def _runtime_checks(results: dict[str, Any]) -> list[dict[str, Any]]:
     accuracy = section["accuracy"]
     drop = (accuracy[runtime.FUSED] - accuracy[runtime.INT8]) * 100
     return [
-        check("ORT fused / PyTorch eager, batch 8 seq 128", rates[runtime.FUSED] / rates[runtime.EAGER], 1.5),
+        check(
+            "ORT fused / PyTorch eager (better thread count), batch 8 seq 128",
+            rates[runtime.FUSED] / eager.best(rates, runtime.EAGER)[1],
+            1.5,
+        ),
         check("ORT int8 / ORT fused, batch 8 seq 128", rates[runtime.INT8] / rates[runtime.FUSED], 1.3),
         check("int8 accuracy drop vs fused (points)", drop, 1.0, higher_is_better=False),
     ]
@@ -31,8 +35,9 @@ def _generation_checks(results: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for row in rows:
         rates = {name: _median(summary) for name, summary in row["sentences_per_s"].items()}
-        value = rates[generation.OP_GREEDY] / rates[generation.EAGER]
-        out.append(check(f"{row['task']}: BeamSearch-op greedy / eager greedy loop, batch 8", value, 2.0))
+        value = rates[generation.OP_GREEDY] / eager.best(rates, generation.EAGER)[1]
+        name = f"{row['task']}: BeamSearch-op greedy / eager greedy loop (better thread count), batch 8"
+        out.append(check(name, value, 2.0))
     return out
 
 

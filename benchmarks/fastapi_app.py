@@ -1,10 +1,11 @@
 """What a user would pick instead of Triton: the PyTorch sentiment model behind FastAPI + uvicorn.
 
-One request = one forward pass (no batching), the tokenizer the front model uses, the same thread budget
-(``torch.set_num_threads`` = usable cores). The endpoint is ``async def`` so forwards run one at a time on the
-event loop with all cores each; a plain ``def`` endpoint would run up to 40 forwards at once in the thread
-pool and oversubscribe the two cores, which measured no better. Run with
-``python -m uvicorn benchmarks.fastapi_app:app`` (``ROPESERVE_BENCH_CHECKPOINT`` picks the checkpoint).
+One request = one forward pass (no batching), with the tokenizer the front model uses. The endpoint is
+``async def``, so forwards run one at a time on the event loop; a plain ``def`` endpoint would run up to 40
+forwards at once in the thread pool and oversubscribe the two cores. Threads: one by default
+(``ROPESERVE_BENCH_THREADS``), inside the 2-core budget, because a batch-1 forward with 2 OpenMP threads measured
+3-5× slower on this shared machine (see :mod:`benchmarks.eager`), and the event loop needs the other core.
+Run with ``python -m uvicorn benchmarks.fastapi_app:app`` (``ROPESERVE_BENCH_CHECKPOINT`` picks the checkpoint).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from pydantic import BaseModel
 from export import sentiment
 from serving.frontends.base import BatchTokenizer
 from serving.frontends.sentiment import label_and_score
-from serving.ort_backend.session_config import available_cpus
 
 
 class Review(BaseModel):
@@ -32,7 +32,7 @@ class Verdict(BaseModel):
 
 
 def create_app(checkpoint: Path) -> FastAPI:
-    torch.set_num_threads(available_cpus())
+    torch.set_num_threads(int(os.environ.get("ROPESERVE_BENCH_THREADS", "1")))
     model, config, tokenizer = sentiment.load(checkpoint)
     model.eval()
     encoder = BatchTokenizer(tokenizer, config["max_tokens"])

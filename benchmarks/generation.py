@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from benchmarks import eager
 from benchmarks.onnx_variants import session
 from benchmarks.profiles import CHECKPOINTS, REPOSITORY, Profile
 from benchmarks.stats import interleaved, summarize
@@ -24,6 +25,7 @@ from serving.ort_backend.session_config import available_cpus
 
 TASKS = ("translate", "summarize")
 EAGER, OP_GREEDY, OP_BEAM4 = "pytorch_eager_greedy", "ort_beamsearch_greedy", "ort_beamsearch_beam4"
+EAGER_1T = EAGER + eager.ONE_THREAD_SUFFIX
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -55,7 +57,7 @@ def measure_task(task: str, profile: Profile) -> list[dict[str, Any]]:
     new_tokens = profile.generation_new_tokens or seq2seq.TASKS[task].default_new_tokens
     sess = session(REPOSITORY / f"{task}_generator" / "1" / "model.onnx")
     variants: dict[str, Callable[[torch.Tensor, torch.Tensor], list[list[int]]]] = {
-        EAGER: lambda ids, mask: greedy(model, ids, mask, new_tokens),
+        **eager.both_thread_counts(EAGER, lambda ids, mask: greedy(model, ids, mask, new_tokens)),
         OP_GREEDY: lambda ids, mask: generate_onnx(sess, ids.numpy(), mask.numpy(), new_tokens, 1, model.cfg),
         OP_BEAM4: lambda ids, mask: generate_onnx(sess, ids.numpy(), mask.numpy(), new_tokens, 4, model.cfg),
     }

@@ -52,43 +52,48 @@ def write_input_data(texts: list[str], path: Path, name: str = "TEXT") -> Path:
     return path
 
 
+UNSTABLE = "Failed to obtain stable measurement"
+RETRIES = 2  # each doubles the window
+
+
 def run(
     grpc_url: str, model: str, concurrency: int, input_data: Path, window_ms: int, venv: Path = DEFAULT_VENV
 ) -> dict[str, Any]:
-    """One measurement at one concurrency: throughput (infer/s) and latency percentiles (ms)."""
+    """One measurement at one concurrency: throughput (infer/s) and latency percentiles (ms).
+
+    Three windows are accepted as they come (the spread across repetitions is ours to report), but a window in
+    which no request finished (a server stalling for longer than the window) makes perf_analyzer give up: the
+    measurement is then repeated with a window twice as long, up to RETRIES times. ``window_ms`` in the result
+    says which window was used.
+    """
     binary, env = locate(venv)
-    with tempfile.TemporaryDirectory(prefix="perf-analyzer-") as tmp:
-        report = Path(tmp) / "report.csv"
-        command = [
-            str(binary),
-            "-i",
-            "grpc",
-            "-u",
-            grpc_url,
-            "-m",
-            model,
-            "-b",
-            "1",
-            f"--concurrency-range={concurrency}:{concurrency}",
-            f"--input-data={input_data}",
-            f"--measurement-interval={window_ms}",
-            "--stability-percentage=1000",  # 3 windows, accepted as they are: the spread is ours to report
-            "--max-trials=3",
-            "-f",
-            str(report),
-        ]
-        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120 + 10 * window_ms / 1000)
-        if result.returncode != 0 or not report.is_file():
-            tail = "\n".join((result.stdout + result.stderr).splitlines()[-15:])
+    for attempt in range(RETRIES + 1):
+        window = window_ms * 2**attempt
+        with tempfile.TemporaryDirectory(prefix="perf-analyzer-") as tmp:
+            report = Path(tmp) / "report.csv"
+            command = [str(binary), "-i", "grpc", "-u", grpc_url, "-m", model, "-b", "1"]
+            command += [f"--concurrency-range={concurrency}:{concurrency}", f"--input-data={input_data}"]
+            command += [f"--measurement-interval={window}", "--stability-percentage=1000", "--max-trials=3"]
+            command += ["-f", str(report)]
+            result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120 + 10 * window / 1000)
+            if result.returncode == 0 and report.is_file():
+                with open(report, encoding="utf-8") as f:
+                    return _parse(next(csv.DictReader(f)), window)
+        output = result.stdout + result.stderr
+        if UNSTABLE not in output or attempt == RETRIES:
+            tail = "\n".join(output.splitlines()[-15:])
             raise PerfAnalyzerError(
                 f"perf_analyzer failed (exit {result.returncode}) for {model} c={concurrency}:\n{tail}"
             )
-        with open(report, encoding="utf-8") as f:
-            row = next(csv.DictReader(f))
+    raise AssertionError("unreachable")
+
+
+def _parse(row: dict[str, str], window_ms: int) -> dict[str, Any]:
     us = 1e-3  # perf_analyzer reports microseconds
     return {
         "throughput": float(row["Inferences/Second"]),
         "p50_ms": float(row["p50 latency"]) * us,
         "p90_ms": float(row["p90 latency"]) * us,
         "p99_ms": float(row["p99 latency"]) * us,
+        "window_ms": window_ms,
     }

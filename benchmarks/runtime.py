@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import multiprocessing
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from benchmarks import eager
 from benchmarks.onnx_variants import OrtClassifier, export_decomposed, quantize_int8, session
 from benchmarks.profiles import CHECKPOINTS, REPOSITORY, Profile
 from benchmarks.stats import interleaved, rate, summarize
@@ -24,6 +26,7 @@ from export.onnx_export import count_ops
 from serving.ort_backend.session_config import available_cpus
 
 EAGER, DECOMPOSED, FUSED, INT8 = "pytorch_eager", "ort_decomposed", "ort_fused", "ort_int8"
+EAGER_1T = EAGER + eager.ONE_THREAD_SUFFIX
 
 
 def prepare_files(workdir: Path) -> tuple[dict[str, str], list[str]]:
@@ -55,13 +58,23 @@ def build_variants(model: nn.Module, workdir: Path) -> tuple[dict[str, nn.Module
     return modules, info
 
 
-def throughput_call(module: nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> Callable[[], int]:
-    def call() -> int:
+def throughput_calls(
+    modules: dict[str, nn.Module], ids: torch.Tensor, mask: torch.Tensor
+) -> dict[str, Callable[[], int]]:
+    """One call per variant that runs a forward and returns its batch size; eager at both thread counts."""
+
+    def forward(module: nn.Module) -> int:
         with torch.inference_mode():
             module(ids, mask)
         return ids.shape[0]
 
-    return call
+    calls: dict[str, Callable[[], int]] = {}
+    for name, module in modules.items():
+        if name == EAGER:
+            calls |= {n: partial(fn, module) for n, fn in eager.both_thread_counts(EAGER, forward).items()}
+        else:
+            calls[name] = partial(forward, module)
+    return calls
 
 
 def accuracy(modules: dict[str, nn.Module], tokenizer: Any, max_tokens: int, profile: Profile) -> dict[str, float]:
@@ -89,7 +102,7 @@ def measure(profile: Profile, workdir: Path) -> dict[str, Any]:
         for batch in profile.batches:
             ids = torch.from_numpy(rng.integers(4, model.cfg.vocab_size, (batch, seq), dtype=np.int64))
             mask = torch.ones_like(ids)
-            calls = {name: throughput_call(module, ids, mask) for name, module in modules.items()}
+            calls = throughput_calls(modules, ids, mask)
             runs = interleaved(
                 {name: (lambda c=call: rate(c, profile.min_time_s)) for name, call in calls.items()},
                 profile.repetitions,
