@@ -4,7 +4,7 @@ One request = one forward pass (no batching), with the tokenizer the front model
 ``async def``, so forwards run one at a time on the event loop; a plain ``def`` endpoint would run up to 40
 forwards at once in the thread pool and oversubscribe the two cores. Threads: one by default
 (``ROPESERVE_BENCH_THREADS``), inside the 2-core budget, because a batch-1 forward with 2 OpenMP threads measured
-3-5× slower on this shared machine (see :mod:`benchmarks.eager`), and the event loop needs the other core.
+3-5× slower on this shared machine (see :mod:`benchmarks.threads`), and the event loop needs the other core.
 Run with ``python -m uvicorn benchmarks.fastapi_app:app`` (``ROPESERVE_BENCH_CHECKPOINT`` picks the checkpoint).
 """
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from benchmarks import eager
+from benchmarks import threads
 from benchmarks.onnx_variants import session
 from benchmarks.profiles import CHECKPOINTS, REPOSITORY, Profile
 from benchmarks.stats import interleaved, summarize
@@ -25,7 +25,7 @@ from serving.ort_backend.session_config import available_cpus
 
 TASKS = ("translate", "summarize")
 EAGER, OP_GREEDY, OP_BEAM4 = "pytorch_eager_greedy", "ort_beamsearch_greedy", "ort_beamsearch_beam4"
-EAGER_1T = EAGER + eager.ONE_THREAD_SUFFIX
+BASE_VARIANTS = (EAGER, OP_GREEDY, OP_BEAM4)
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -51,16 +51,21 @@ def timed_pass(generate: Callable[[torch.Tensor, torch.Tensor], list[list[int]]]
     return {"sentences_per_s": sentences / elapsed, "tokens_per_s": tokens / elapsed, "tokens": tokens}
 
 
+def _generate_onnx(sess: Any, new_tokens: int, beams: int, cfg: Any, ids: torch.Tensor, mask: torch.Tensor):
+    return generate_onnx(sess, ids.numpy(), mask.numpy(), new_tokens, beams, cfg)
+
+
 def measure_task(task: str, profile: Profile) -> list[dict[str, Any]]:
     model, _, src_tok, tgt_tok = seq2seq.load(CHECKPOINTS / task)
     model.eval()
     new_tokens = profile.generation_new_tokens or seq2seq.TASKS[task].default_new_tokens
-    sess = session(REPOSITORY / f"{task}_generator" / "1" / "model.onnx")
     variants: dict[str, Callable[[torch.Tensor, torch.Tensor], list[list[int]]]] = {
-        **eager.both_thread_counts(EAGER, lambda ids, mask: greedy(model, ids, mask, new_tokens)),
-        OP_GREEDY: lambda ids, mask: generate_onnx(sess, ids.numpy(), mask.numpy(), new_tokens, 1, model.cfg),
-        OP_BEAM4: lambda ids, mask: generate_onnx(sess, ids.numpy(), mask.numpy(), new_tokens, 4, model.cfg),
+        **threads.both_thread_counts(EAGER, lambda ids, mask: greedy(model, ids, mask, new_tokens)),
     }
+    for suffix, count in threads.counts().items():
+        sess = session(REPOSITORY / f"{task}_generator" / "1" / "model.onnx", count)
+        for name, beams in ((OP_GREEDY, 1), (OP_BEAM4, 4)):
+            variants[name + suffix] = partial(_generate_onnx, sess, new_tokens, beams, model.cfg)
     rows = []
     for batch_size in profile.generation_batches:
         batches = test_batches(task, profile, batch_size, src_tok, tgt_tok)
@@ -89,4 +94,4 @@ def measure(profile: Profile) -> dict[str, Any]:
     torch.set_num_threads(available_cpus())
     with torch.inference_mode():
         rows = [row for task in TASKS for row in measure_task(task, profile)]
-    return {"threads": available_cpus(), "rows": rows}
+    return {"threads": threads.counts(), "rows": rows}

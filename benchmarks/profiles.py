@@ -43,8 +43,8 @@ PROFILES = {
         min_time_s=0.3,
         accuracy_limit=400,
         generation_sentences=8,
-        window_ms=1000,
-        client_seconds=1.5,
+        window_ms=800,
+        client_seconds=1.2,
     ),
     "smoke": Profile(
         "smoke",

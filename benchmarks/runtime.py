@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from benchmarks import eager
+from benchmarks import threads
 from benchmarks.onnx_variants import OrtClassifier, export_decomposed, quantize_int8, session
 from benchmarks.profiles import CHECKPOINTS, REPOSITORY, Profile
 from benchmarks.stats import interleaved, rate, summarize
@@ -26,7 +26,7 @@ from export.onnx_export import count_ops
 from serving.ort_backend.session_config import available_cpus
 
 EAGER, DECOMPOSED, FUSED, INT8 = "pytorch_eager", "ort_decomposed", "ort_fused", "ort_int8"
-EAGER_1T = EAGER + eager.ONE_THREAD_SUFFIX
+EAGER_1T = EAGER + threads.ONE_THREAD_SUFFIX
 
 
 def prepare_files(workdir: Path) -> tuple[dict[str, str], list[str]]:
@@ -49,8 +49,10 @@ def build_variants(model: nn.Module, workdir: Path) -> tuple[dict[str, nn.Module
     """
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         files, excluded = pool.apply(prepare_files, (workdir,))
-    modules: dict[str, nn.Module] = {EAGER: model}
-    modules |= {name: OrtClassifier(session(Path(path))) for name, path in files.items()}
+    modules: dict[str, nn.Module] = {EAGER: model}  # the eager thread count is set per call (threads.with_threads)
+    for name, path in files.items():
+        for suffix, count in threads.counts().items():
+            modules[name + suffix] = OrtClassifier(session(Path(path), count))
     info: dict[str, Any] = {name: {"file": path, "ops": count_ops(Path(path))} for name, path in files.items()}
     info[EAGER] = {"file": str(CHECKPOINTS / "sentiment")}
     info[INT8]["excluded_from_quantization"] = excluded
@@ -61,7 +63,8 @@ def build_variants(model: nn.Module, workdir: Path) -> tuple[dict[str, nn.Module
 def throughput_calls(
     modules: dict[str, nn.Module], ids: torch.Tensor, mask: torch.Tensor
 ) -> dict[str, Callable[[], int]]:
-    """One call per variant that runs a forward and returns its batch size; eager at both thread counts."""
+    """One call per variant that runs a forward and returns its batch size; every variant at both thread
+    counts (ORT sessions are built per count, eager sets its count per call)."""
 
     def forward(module: nn.Module) -> int:
         with torch.inference_mode():
@@ -71,7 +74,7 @@ def throughput_calls(
     calls: dict[str, Callable[[], int]] = {}
     for name, module in modules.items():
         if name == EAGER:
-            calls |= {n: partial(fn, module) for n, fn in eager.both_thread_counts(EAGER, forward).items()}
+            calls |= {n: partial(fn, module) for n, fn in threads.both_thread_counts(EAGER, forward).items()}
         else:
             calls[name] = partial(forward, module)
     return calls
@@ -85,14 +88,15 @@ def accuracy(modules: dict[str, nn.Module], tokenizer: Any, max_tokens: int, pro
     ids = sentiment.encode(tokenizer, [r.text for r in test_rows], max_tokens)
     scores = {}
     for name, module in modules.items():
+        if name.endswith(threads.ONE_THREAD_SUFFIX):
+            continue  # the same model with another thread count
         metrics = sentiment.classification_metrics(test_rows, sentiment.predict(module, ids))
         scores[name] = metrics["all"]["accuracy"]
     return {**scores, "n": len(test_rows)}
 
 
 def measure(profile: Profile, workdir: Path) -> dict[str, Any]:
-    threads = available_cpus()
-    torch.set_num_threads(threads)
+    torch.set_num_threads(available_cpus())
     model, config, tokenizer = sentiment.load(CHECKPOINTS / "sentiment")
     model.eval()
     modules, info = build_variants(model, workdir)
@@ -112,7 +116,7 @@ def measure(profile: Profile, workdir: Path) -> dict[str, Any]:
                 {"batch": batch, "sequence": seq, "sequences_per_s": {k: summarize(v) for k, v in runs.items()}}
             )
     return {
-        "threads": threads,
+        "threads": threads.counts(),
         "model": config["model"],
         "variants": info,
         "shapes": shapes,

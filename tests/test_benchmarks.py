@@ -55,7 +55,8 @@ def test_smoke_run_writes_results(tmp_path):
     assert len(results["meta"]["load_start"]) == 3 and len(results["meta"]["load_end"]) == 3
 
     for shape in results["runtime"]["shapes"]:
-        names = {"pytorch_eager", "pytorch_eager_1thread", "ort_decomposed", "ort_fused", "ort_int8"}
+        bases = ("pytorch_eager", "ort_decomposed", "ort_fused", "ort_int8")
+        names = {base + suffix for base in bases for suffix in ("", "_1thread")}
         assert set(shape["sequences_per_s"]) == names
         assert all(_finite_positive(s) for s in shape["sequences_per_s"].values())
     accuracy = results["runtime"]["accuracy"]
