@@ -81,7 +81,8 @@ def test_tiny_training_run_writes_a_servable_checkpoint(fake_data_dir, tmp_path)
     # the checkpoint exports and the front model's assets are laid out
     repo = tmp_path / "repo"
     (repo / "sentiment" / "1").mkdir(parents=True)
-    assert build_repository.build(out.parent, repo) == ["sentiment"]
+    # the sentiment checkpoint feeds the fast model and its explain variant
+    assert build_repository.build(out.parent, repo) == ["sentiment", "sentiment_explain"]
     assert count_ops(repo / "sentiment_encoder" / "1" / "model.onnx")["com.microsoft::MultiHeadAttention"] == 1
     assert (repo / "sentiment" / "1" / "tokenizer.json").exists()
     assert build_repository.build(out.parent, repo) == []  # unchanged checkpoint: nothing to do

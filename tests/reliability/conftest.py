@@ -12,7 +12,7 @@ from serving.embedded import EmbeddedTriton, ServerOptions, free_ports
 
 
 @pytest.fixture
-def start_server() -> Iterator[Callable[..., EmbeddedTriton]]:
+def start_server(tmp_path_factory) -> Iterator[Callable[..., EmbeddedTriton]]:
     """`start_server(models, repository=..., **options)` → a started server of its own; all stopped at the end."""
     servers: list[EmbeddedTriton] = []
 
@@ -21,7 +21,8 @@ def start_server() -> Iterator[Callable[..., EmbeddedTriton]]:
         options = ServerOptions(
             model_repository=repository, http_port=http, grpc_port=grpc, metrics_port=metrics, models=models
         )
-        server = EmbeddedTriton(options, **overrides)
+        log_file = tmp_path_factory.mktemp("triton-log") / "tritonserver.log"  # kept for a failing test's report
+        server = EmbeddedTriton(options, **{"log_file": log_file, **overrides})
         servers.append(server)
         return server.start()
 
