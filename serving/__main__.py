@@ -57,6 +57,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated models to load; empty loads all [ROPESERVE_MODELS]",
     )
     parser.add_argument(
+        "--max-restarts",
+        type=int,
+        default=_env("MAX_RESTARTS", "5"),
+        help="restart a tritonserver that died on its own at most this often in 10 minutes; 0 = never "
+        "[ROPESERVE_MAX_RESTARTS]",
+    )
+    parser.add_argument(
         "--strict",
         action=argparse.BooleanOptionalAction,
         default=_env("STRICT", "0").lower() in ("1", "true", "yes"),
@@ -111,8 +118,15 @@ def _say(message: str) -> None:
     print(f"ropeserve: {message}", file=sys.stderr, flush=True)
 
 
-def run(options: ServerOptions) -> int:
-    """Serve until interrupted. Exit codes: 0 stopped on request, 1 server failed, 2 repository unusable."""
+RESTART_WINDOW_S = 600
+
+
+def run(options: ServerOptions, max_restarts: int = 5) -> int:
+    """Serve until interrupted. Exit codes: 0 stopped on request, 1 server failed, 2 repository unusable.
+
+    A server that dies on its own (a crash) is started again, up to ``max_restarts`` times in 10 minutes;
+    clients that retry (the SDK does) see the gap as a few seconds of UNAVAILABLE.
+    """
     problems = find_problems(Path(options.model_repository), options.models, options.model_config_name)
     if problems:
         _say("cannot serve the model repository:\n  " + "\n  ".join(problems))
@@ -121,19 +135,32 @@ def run(options: ServerOptions) -> int:
     # A shell starting us in the background sets SIGINT to "ignore"; Ctrl-C / kill -INT must still stop us.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     server = EmbeddedTriton(options)
+    restarts: list[float] = []  # when the server was restarted after dying on its own
     try:
-        server.start()
-        failed = server.unavailable_models()
-        if failed:
-            _say(
-                "serving WITHOUT these models (readiness stays false):\n  "
-                + "\n  ".join(f"{name}: {reason}" for name, reason in failed.items())
-            )
-        print(ready_line(server), flush=True)
-        while server.is_alive:
-            time.sleep(0.5)
-        _say(f"tritonserver exited on its own with code {server.returncode}")
-        return 1
+        while True:
+            server.start()
+            failed = server.unavailable_models()
+            if failed:
+                _say(
+                    "serving WITHOUT these models (readiness stays false):\n  "
+                    + "\n  ".join(f"{name}: {reason}" for name, reason in failed.items())
+                )
+            print(ready_line(server), flush=True)
+            while server.is_alive:
+                time.sleep(0.5)
+            code = server.returncode
+            server.kill()  # reap its stubs and /dev/shm segments
+            now = time.monotonic()
+            restarts = [t for t in restarts if now - t < RESTART_WINDOW_S]
+            if len(restarts) >= max_restarts:
+                _say(
+                    f"tritonserver exited on its own with code {code}; not restarting ({len(restarts)} restarts in "
+                    f"the last {RESTART_WINDOW_S // 60} minutes, --max-restarts {max_restarts})"
+                )
+                return 1
+            restarts.append(now)
+            _say(f"tritonserver exited on its own with code {code}; restarting it ({len(restarts)}/{max_restarts})")
+            server = EmbeddedTriton(options)
     except ServerError as exc:
         _say(str(exc))
         return 1
@@ -151,7 +178,8 @@ def run(options: ServerOptions) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run(options_from_args(build_parser().parse_args(argv)))
+    args = build_parser().parse_args(argv)
+    return run(options_from_args(args), max_restarts=args.max_restarts)
 
 
 if __name__ == "__main__":

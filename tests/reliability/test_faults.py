@@ -22,7 +22,7 @@ from reliability_helpers import connect, copy_models, infer, stub_pids, text_inp
 from tritonclient.utils import InferenceServerException
 
 from clients import Client, RetryPolicy
-from serving.embedded import SHM_ROOT, EmbeddedTriton, process_group_members
+from serving.embedded import SHM_ROOT, EmbeddedTriton, free_ports, process_group_members
 
 ROOT = Path(__file__).resolve().parents[2]
 SENTIMENT = ["sentiment", "sentiment_encoder"]
@@ -166,26 +166,67 @@ def test_broken_model_file_leaves_the_other_endpoints_serving(start_server, tmp_
     assert "sentiment_encoder" in log and "model.onnx" in log
 
 
-def test_serving_cli_starts_degraded_and_names_the_broken_model(tmp_path: Path) -> None:
-    from serving.embedded import free_ports
+class ServingCli:
+    """`python -m serving` in a subprocess (what `make serve` runs), its output in files; SIGINT stops it."""
 
-    http, grpc, metrics = free_ports(3)
-    command = [sys.executable, "-m", "serving", "--model-repository", str(broken_repository(tmp_path))]
-    command += ["--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)]
-    out_path, err_path = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
-    with open(out_path, "w") as out, open(err_path, "w") as err:
-        process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=err, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while "Triton ready" not in out_path.read_text() and process.poll() is None and time.monotonic() < deadline:
+    def __init__(self, tmp_path: Path, repository: Path) -> None:
+        self.ports = free_ports(3)
+        self.out, self.err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+        command = [sys.executable, "-m", "serving", "--model-repository", str(repository)]
+        for name, port in zip(("http", "grpc", "metrics"), self.ports):
+            command += [f"--{name}-port", str(port)]
+        with open(self.out, "w") as out, open(self.err, "w") as err:
+            self.process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=err, text=True)
+
+    def wait_ready(self, times: int = 1, timeout_s: float = 120) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.out.read_text().count("Triton ready") < times:
+            assert self.process.poll() is None and time.monotonic() < deadline, self.err.read_text()
             time.sleep(0.2)
-        assert "Triton ready" in out_path.read_text(), err_path.read_text()
+
+    def stop(self) -> str:
+        self.process.send_signal(signal.SIGINT)
+        self.process.wait(timeout=60)
+        return self.err.read_text()
+
+
+def test_serving_cli_starts_degraded_and_names_the_broken_model(tmp_path: Path) -> None:
+    cli = ServingCli(tmp_path, broken_repository(tmp_path))
+    try:
+        cli.wait_ready()
     finally:
-        process.send_signal(signal.SIGINT)
-        process.wait(timeout=60)
-    stderr = err_path.read_text()
-    assert process.returncode == 0, stderr
+        stderr = cli.stop()
+    assert cli.process.returncode == 0, stderr
     assert "serving WITHOUT these models" in stderr and "sentiment_encoder" in stderr and "model.onnx" in stderr
+
+
+def test_serving_cli_restarts_a_crashed_server(tmp_path: Path) -> None:
+    cli = ServingCli(tmp_path, copy_models(tmp_path / "repo", SENTIMENT))
+    try:
+        cli.wait_ready()
+        grpc_flag = f"--grpc-port={cli.ports[1]}"
+        (server_pid,) = [
+            int(pid)
+            for pid in os.listdir("/proc")
+            if pid.isdigit() and grpc_flag in _cmdline(int(pid)) and "tritonserver" in _cmdline(int(pid))
+        ]
+        os.kill(server_pid, signal.SIGKILL)  # what a crash looks like from outside
+        cli.wait_ready(times=2)
+        with grpcclient.InferenceServerClient(f"127.0.0.1:{cli.ports[1]}") as client:
+            result = client.infer("sentiment", [text_input(grpcclient, ["这部电影不差"])], client_timeout=30)
+            assert result.as_numpy("LABEL")[0, 0] == b"positive"
+    finally:
+        stderr = cli.stop()
+    assert "tritonserver exited on its own with code -9; restarting it (1/5)" in stderr
+    assert cli.process.returncode == 0
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def test_restart_under_load_clients_retry_then_succeed(start_server, caplog) -> None:
