@@ -40,7 +40,7 @@ PROFILES = {
     "quick": Profile(
         "quick",
         repetitions=1,
-        min_time_s=0.3,
+        min_time_s=0.2,
         accuracy_limit=400,
         generation_sentences=8,
         window_ms=800,

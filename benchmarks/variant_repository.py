@@ -24,11 +24,12 @@ class ServingVariant:
 
     batching: bool | None = None
     instances: int | None = None
+    queue_policy: bool = True  # False: drop the committed default_queue_policy (queue limit and timeout)
 
     @property
     def name(self) -> str:
         if self.batching is None and self.instances is None:
-            return "served"
+            return "served" if self.queue_policy else "served_without_queue_policy"
         batching = {None: "", True: "batching_", False: "no_batching_"}[self.batching]
         return batching + (f"{self.instances}inst" if self.instances else "as_committed")
 
@@ -52,6 +53,9 @@ def rewrite_config(text: str, variant: ServingVariant) -> str:
     span = _block_span(text, "dynamic_batching")
     if variant.batching is False and span is not None:
         text = text[: span[0]] + "\n" + text[span[1] :]
+    policy = _block_span(text, "default_queue_policy")
+    if not variant.queue_policy and policy is not None:
+        text = text[: policy[0]] + "\n" + text[policy[1] :]
     text = re.sub(r"max_queue_size\s*:\s*\d+", f"max_queue_size: {THROUGHPUT_QUEUE_SIZE}", text)
     if variant.instances is None:
         return text

@@ -101,3 +101,9 @@ def test_served_variant_keeps_the_committed_settings():
     assert ServingVariant().name == "served"
     assert "dynamic_batching {" in text and "count: 2, kind: KIND_CPU" in text
     assert "max_queue_size: 16" not in text  # only the queue limit is raised for throughput runs
+
+
+def test_variant_without_queue_policy_keeps_batching():
+    text = rewrite_config(CONFIG, ServingVariant(queue_policy=False))
+    assert "dynamic_batching {" in text and "default_queue_policy" not in text and "max_queue_size" not in text
+    assert text.count("{") == text.count("}")
