@@ -211,7 +211,9 @@ def test_serving_cli_restarts_a_crashed_server(tmp_path: Path) -> None:
             if pid.isdigit() and grpc_flag in _cmdline(int(pid)) and "tritonserver" in _cmdline(int(pid))
         ]
         os.kill(server_pid, signal.SIGKILL)  # what a crash looks like from outside
+        killed_at = time.monotonic()
         cli.wait_ready(times=2)
+        print(f"\nserver killed under the CLI: serving again after {time.monotonic() - killed_at:.1f} s")
         with grpcclient.InferenceServerClient(f"127.0.0.1:{cli.ports[1]}") as client:
             result = client.infer("sentiment", [text_input(grpcclient, ["这部电影不差"])], client_timeout=30)
             assert result.as_numpy("LABEL")[0, 0] == b"positive"
