@@ -106,8 +106,8 @@ def _ceiling(section: dict[str, Any]) -> list[str]:
     lines = [
         "## 5. Ceiling",
         "",
-        f"fp32 matmul ({section['matmul_size']}², {section['threads']} threads): "
-        f"ceiling (best run) {section['matmul_gflops']['max']:.1f} GFLOP/s, "
+        f"fp32 matmul ({section['matmul_size']}², {section['threads']} threads, torch and numpy, at the start and "
+        f"the end of the run): ceiling (best run) {section['matmul_gflops']['max']:.1f} GFLOP/s, "
         f"all runs {_cell(section['matmul_gflops'], 1)}. FLOPs per sequence: "
         + ", ".join(f"seq {k}: {v / 1e6:.1f} MFLOP" for k, v in section["flops_per_sequence"].items())
         + ".",
@@ -117,6 +117,7 @@ def _ceiling(section: dict[str, Any]) -> list[str]:
         [
             str(f["batch"]),
             str(f["sequence"]),
+            "fp32 variants" if f["kind"] == "fp32" else "all (int8: fp32-equivalent)",
             f["best_variant"],
             f"{f['sequences_per_s']:.0f}",
             f"{f['achieved_gflops']:.1f}",
@@ -125,7 +126,7 @@ def _ceiling(section: dict[str, Any]) -> list[str]:
         for f in section.get("fractions", [])
     ]
     if rows:
-        lines += [*_table(["batch", "seq", "best variant", "seq/s", "GFLOP/s", "of ceiling"], rows), ""]
+        lines += [*_table(["batch", "seq", "among", "best variant", "seq/s", "GFLOP/s", "of ceiling"], rows), ""]
     return lines
 
 

@@ -88,8 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     with tempfile.TemporaryDirectory(prefix="ropeserve-bench-") as tmp:
         results: dict[str, Any] = run_sections(sections, prof, Path(tmp))
-    if results.get("ceiling") and results.get("runtime"):
-        results["ceiling"]["fractions"] = ceiling.fractions(results["ceiling"], results["runtime"])
+    if results.get("ceiling"):
+        ceiling.finish(results["ceiling"], prof, results.get("runtime"))
     results["checks"] = checks.evaluate(results)
     meta |= {"load_end": load_average(), "seconds": time.perf_counter() - started}
     results = {"meta": meta, **results}
