@@ -141,7 +141,7 @@ def measure(profile: Profile, workdir: Path) -> dict[str, Any]:
         "variants": {v.name: {"dynamic_batching": v.batching, "instances": v.instances} for v in VARIANTS},
         "reference": REFERENCE,
         "texts": len(texts),
-        "mean_tokens": float(np.mean([len(t) for t in texts])),
+        "mean_characters": float(np.mean([len(t) for t in texts])),
         "points": points,
         "raw_ort": raw,
         "overhead_c1": {
