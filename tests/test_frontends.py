@@ -5,7 +5,15 @@ import pytest
 from tokenizers import Tokenizer
 
 from export.tokenizer import train_tokenizer
-from serving.frontends.base import BatchTokenizer, InputError, decode_int_option, decode_texts, to_column
+from serving.frontends.base import (
+    BatchTokenizer,
+    Encoded,
+    InputError,
+    decode_int_option,
+    decode_texts,
+    length_buckets,
+    to_column,
+)
 from serving.frontends.sentiment import label_and_score
 
 
@@ -75,3 +83,22 @@ def test_to_column_encodes_strings_as_utf8_bytes():
     col = to_column(["positive", "负面"], np.object_)
     assert col.shape == (2, 1) and col[1, 0] == "负面".encode()
     assert to_column([0.5, 0.25], np.float32).dtype == np.float32
+
+
+def test_length_buckets_cover_every_row_once_shortest_first():
+    lengths = [5, 120, 9, 30, 7, 12, 60, 8, 40, 33, 31, 6, 200]
+    buckets = length_buckets(lengths, min_rows=3)
+    assert sorted(r for b in buckets for r in b) == list(range(len(lengths)))
+    assert [max(lengths[r] for r in b) for b in buckets] == sorted(max(lengths[r] for r in b) for b in buckets)
+    assert all(len(b) >= 3 for b in buckets)
+    assert [lengths[r] for r in buckets[0]] == [5, 6, 7, 8, 9, 12]  # the short ones are not padded to 200
+    assert length_buckets([4, 4]) == [[0, 1]] and length_buckets([]) == []
+
+
+def test_taking_rows_pads_them_to_their_own_longest():
+    ids = np.arange(2 * 24).reshape(2, 24)
+    mask = np.array([[1] * 5 + [0] * 19, [1] * 20 + [0] * 4])
+    batch = Encoded(ids, mask, [5, 20], [False, True])
+    short = batch.take([0])
+    assert short.ids.shape == (1, 8) and short.mask.sum() == 5 and short.truncated == [False]
+    assert batch.take([1, 0]).ids.shape == (2, 24)

@@ -111,6 +111,45 @@ class Encoded:
     lengths: list[int]
     truncated: list[bool]
 
+    def take(self, rows: Sequence[int]) -> Encoded:
+        """These rows only, padded to their own longest (a multiple of 8)."""
+        lengths = [self.lengths[r] for r in rows]
+        width = padded_width(max(lengths))
+        return Encoded(self.ids[rows, :width], self.mask[rows, :width], lengths, [self.truncated[r] for r in rows])
+
+
+def padded_width(longest: int) -> int:
+    return max(PAD_MULTIPLE, -(-longest // PAD_MULTIPLE) * PAD_MULTIPLE)
+
+
+# Texts of a batch differ in length (sentiment reviews: 8 tokens at the median, 53 at p99), and one padded
+# batch makes every row as long as the longest. Rows are grouped by length class instead, one model call per
+# group; a group with fewer than MIN_BUCKET_ROWS rows joins the next longer one (a call costs more than a little
+# padding).
+LENGTH_CLASSES = (16, 32, 64, 128)
+MIN_BUCKET_ROWS = 4
+
+
+def length_buckets(lengths: Sequence[int], min_rows: int = MIN_BUCKET_ROWS) -> list[list[int]]:
+    """Row indices grouped by length class, shortest first; every row in exactly one group."""
+    classes: dict[int, list[int]] = {}
+    for row in sorted(range(len(lengths)), key=lengths.__getitem__):
+        size = next((c for c in LENGTH_CLASSES if lengths[row] <= c), LENGTH_CLASSES[-1] + 1)
+        classes.setdefault(size, []).append(row)
+    buckets: list[list[int]] = []
+    carry: list[int] = []
+    for rows in classes.values():
+        carry += rows
+        if len(carry) >= min_rows:
+            buckets.append(carry)
+            carry = []
+    if carry:
+        if buckets:
+            buckets[-1] += carry
+        else:
+            buckets.append(carry)
+    return buckets
+
 
 class BatchTokenizer:
     """One `encode_batch` call for all texts of a Triton batch, truncation, one padding."""
@@ -132,7 +171,7 @@ class BatchTokenizer:
         seqs = [(enc.ids[:keep] or [UNK_ID]) + list(suffix) for enc in encodings]
         truncated = [len(enc.ids) > keep for enc in encodings]
         lengths = [len(s) for s in seqs]
-        width = max(PAD_MULTIPLE, -(-max(lengths) // PAD_MULTIPLE) * PAD_MULTIPLE)
+        width = padded_width(max(lengths))
         ids = np.full((len(seqs), width), self.pad_id, dtype=np.int64)
         mask = np.zeros((len(seqs), width), dtype=np.int64)
         for row, seq in enumerate(seqs):

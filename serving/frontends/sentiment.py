@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from serving.frontends.base import BatchTokenizer, Encoded, FrontModel
+from serving.frontends.base import BatchTokenizer, Encoded, FrontModel, length_buckets
 
 ENCODER = "sentiment_encoder"
 
@@ -32,7 +32,13 @@ class SentimentFront(FrontModel):
         self.tokenizer = BatchTokenizer.from_file(self.asset_dir / "tokenizer.json", self.task_config["max_tokens"])
 
     def run_group(self, texts: list[str], options: tuple) -> list[tuple]:
-        return self.classify(self.encode(self.tokenizer, texts))
+        """One tokenizer call for the batch, then one encoder call per length bucket (less padding)."""
+        batch = self.encode(self.tokenizer, texts)
+        results: list[Any] = [None] * len(texts)
+        for rows in length_buckets(batch.lengths):
+            for row, result in zip(rows, self.classify(batch.take(rows))):
+                results[row] = result
+        return results
 
     def classify(self, batch: Encoded) -> list[tuple[str, float]]:
         """(label, score) per row of an encoded batch: one call of the fast encoder."""
