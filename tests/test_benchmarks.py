@@ -48,8 +48,9 @@ def _finite_positive(summary: dict) -> bool:
     return summary["n"] >= 1 and all(math.isfinite(v) and v > 0 for v in summary["values"])
 
 
-def test_smoke_run_writes_results(tmp_path):
-    assert run.main(["--smoke", "--out", str(tmp_path), "--name", "smoke"]) == 0
+def test_smoke_run_writes_results(tmp_path, fake_data_dir):
+    argv = ["--smoke", "--out", str(tmp_path), "--name", "smoke", "--data-dir", str(fake_data_dir)]
+    assert run.main(argv) == 0
     results = json.loads((tmp_path / "smoke.json").read_text(encoding="utf-8"))
     assert set(results) >= {"meta", "ceiling", "runtime", "generation", "serving", "checks"}
     assert len(results["meta"]["load_start"]) == 3 and len(results["meta"]["load_end"]) == 3

