@@ -193,7 +193,7 @@ def process_group_members(pgid: int) -> list[int]:
         except OSError:
             continue
         fields = stat[stat.rfind(b")") + 2 :].split()  # after "pid (comm) ": state ppid pgrp ...
-        if int(fields[2]) == pgid and fields[0] != b"Z":
+        if len(fields) > 2 and fields[2] == str(pgid).encode() and fields[0] != b"Z":  # empty: it just exited
             members.append(int(entry))
     return members
 

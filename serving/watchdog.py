@@ -86,25 +86,31 @@ class StubWatchdog(threading.Thread):
             self.join(timeout=5)
 
     def run(self) -> None:
-        watched = {stub.pid: stub for stub in find_stubs(self.members())}
+        watched: dict[int, Stub] = {}  # filled by the first look
         retiring: set[int] = set()  # old instances of a reloaded model: they exit on their own
         while not self._stopped.wait(self.interval_s):
-            alive = set(self.members())
-            dead = [stub for pid, stub in watched.items() if pid not in alive and pid not in retiring]
-            for model in sorted({stub.model for stub in dead}):
-                pids = ", ".join(str(s.pid) for s in dead if s.model == model)
-                if self._stopped.is_set() or not self._is_ready(model):
-                    continue
-                self.log(f"the Python-backend stub of model '{model}' (pid {pids}) died; reloading '{model}'")
-                try:
-                    self.reload(model)
-                except (OSError, ValueError) as exc:  # server stopping, or the model vanished meanwhile
-                    self.log(f"reloading '{model}' failed: {exc}")
-                    continue
-                retiring |= {pid for pid, stub in watched.items() if stub.model == model}
-                self.log(f"model '{model}' reloaded")
-            watched = {stub.pid: stub for stub in find_stubs(sorted(alive))}
-            retiring &= alive
+            try:
+                watched, retiring = self._check(watched, retiring)
+            except Exception as exc:  # noqa: BLE001 - a watchdog that dies silently watches nothing
+                self.log(f"stub watchdog: {type(exc).__name__}: {exc}")
+
+    def _check(self, watched: dict[int, Stub], retiring: set[int]) -> tuple[dict[int, Stub], set[int]]:
+        """One look at the process group: reload each model that lost a stub; the new (watched, retiring)."""
+        alive = set(self.members())
+        dead = [stub for pid, stub in watched.items() if pid not in alive and pid not in retiring]
+        for model in sorted({stub.model for stub in dead}):
+            pids = ", ".join(str(s.pid) for s in dead if s.model == model)
+            if self._stopped.is_set() or not self._is_ready(model):
+                continue
+            self.log(f"the Python-backend stub of model '{model}' (pid {pids}) died; reloading '{model}'")
+            try:
+                self.reload(model)
+            except (OSError, ValueError) as exc:  # server stopping, or the model vanished meanwhile
+                self.log(f"reloading '{model}' failed: {exc}")
+                continue
+            retiring |= {pid for pid, stub in watched.items() if stub.model == model}
+            self.log(f"model '{model}' reloaded")
+        return {stub.pid: stub for stub in find_stubs(sorted(alive))}, retiring & alive
 
     def reload(self, model: str) -> None:
         """Load ``model`` again with a changed reload parameter, so Triton really builds new instances."""
