@@ -9,32 +9,17 @@ models first avoids that: Triton stops routing new requests to them, lets them f
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.error
-import urllib.request
+
+from .control import model_config, repository_index, unload_model
 
 FRONT_BACKEND = "python"
 
 
-def _post(url: str, headers: dict[str, str], body: dict | None = None, timeout_s: float = 10) -> object:
-    request = urllib.request.Request(
-        url, data=json.dumps(body or {}).encode(), headers={"Content-Type": "application/json", **headers}
-    )
-    with urllib.request.urlopen(request, timeout=timeout_s) as response:
-        payload = response.read()
-    return json.loads(payload) if payload else None
-
-
 def front_models(http_url: str, headers: dict[str, str]) -> list[str]:
     """Loaded models that run on the Python backend (they call the others; nothing calls them)."""
-    index = _post(f"{http_url}/v2/repository/index", headers, {"ready": True})
-    names = []
-    for entry in index or []:
-        with urllib.request.urlopen(f"{http_url}/v2/models/{entry['name']}/config", timeout=10) as response:
-            if json.loads(response.read()).get("backend") == FRONT_BACKEND:
-                names.append(entry["name"])
-    return names
+    names = [entry["name"] for entry in repository_index(http_url, headers, ready_only=True)]
+    return [name for name in names if model_config(http_url, name).get("backend") == FRONT_BACKEND]
 
 
 def drain_front_models(http_url: str, headers: dict[str, str], timeout_s: float) -> list[str]:
@@ -45,13 +30,13 @@ def drain_front_models(http_url: str, headers: dict[str, str], timeout_s: float)
     try:
         names = front_models(http_url, headers)
         for name in names:
-            _post(f"{http_url}/v2/repository/models/{name}/unload", headers)
+            unload_model(http_url, headers, name)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            index = _post(f"{http_url}/v2/repository/index", headers)
-            if not any(e["name"] in names and e.get("state") in ("READY", "UNLOADING") for e in index or []):
+            index = repository_index(http_url, headers)
+            if not any(e["name"] in names and e.get("state") in ("READY", "UNLOADING") for e in index):
                 break
             time.sleep(0.1)
         return names
-    except (urllib.error.URLError, OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError):  # URLError is an OSError
         return []

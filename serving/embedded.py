@@ -22,7 +22,6 @@ import ctypes
 import dataclasses
 import errno
 import functools
-import json
 import os
 import secrets
 import shutil
@@ -33,8 +32,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +39,7 @@ from pathlib import Path
 from typing import IO
 
 from .backend_dir import build_backend_directory
+from .control import http_status, repository_index
 from .drain import drain_front_models
 from .http_guard import DEFAULT_MAX_JSON_BYTES, HttpGuard
 from .repository import require_servable
@@ -451,7 +449,7 @@ class EmbeddedTriton:
             code = self._running.process.poll()
             if code is not None:
                 raise ServerError(f"tritonserver exited with code {code} before it was ready.\n{self._log_excerpt()}")
-            status = _http_status(url)
+            status = http_status(url)
             if status == 200:
                 return self
             now = time.monotonic()
@@ -459,7 +457,7 @@ class EmbeddedTriton:
                 answered_not_ready_at = answered_not_ready_at or now
                 if now - answered_not_ready_at > 1.0:
                     failed = self.unavailable_models()
-                    if not self.options.require_all_models and _http_status(f"{self.http_url}/v2/health/live") == 200:
+                    if not self.options.require_all_models and http_status(f"{self.http_url}/v2/health/live") == 200:
                         return self  # degraded: the caller reports `failed`
                     named = "".join(f"\n  {name}: {reason}" for name, reason in failed.items())
                     raise ServerError(
@@ -471,13 +469,9 @@ class EmbeddedTriton:
 
     def unavailable_models(self) -> dict[str, str]:
         """Models of the repository index that are not READY, with Triton's reason (e.g. the load error)."""
-        request = urllib.request.Request(
-            f"{self.http_url}/v2/repository/index", data=b"{}", headers=self.control_headers("http"), method="POST"
-        )
         try:
-            with urllib.request.urlopen(request, timeout=10) as response:
-                index = json.loads(response.read())
-        except (urllib.error.URLError, OSError, ValueError):
+            index = repository_index(self.http_url, self.control_headers("http"))
+        except (OSError, ValueError):
             return {}
         wanted = self.options.models
         return {
@@ -516,17 +510,6 @@ class EmbeddedTriton:
         reasons = [line for line in tail if "failed to load" in line or "UNAVAILABLE" in line]
         parts = [*reasons[-10:], "--- last lines of the tritonserver log ---", *tail[-max_lines:]]
         return "\n".join(parts)
-
-
-def _http_status(url: str) -> int | None:
-    """HTTP status of a GET, or None when nothing answers."""
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return response.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except (urllib.error.URLError, OSError):
-        return None
 
 
 __all__: Sequence[str] = (

@@ -14,14 +14,13 @@ old ones when their in-flight requests are done. Measured: failures stop within 
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from .control import http_status, load_model, model_config
 
 STUB_BINARY = "triton_python_backend_stub"
 RELOAD_PARAMETER = "ropeserve_reload"
@@ -36,15 +35,20 @@ class Stub:
     instance: str
 
 
+def command_line(pid: int) -> list[str]:
+    """argv of a process, [] when it is gone."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().decode("utf-8", errors="replace").rstrip("\0").split("\0")
+    except OSError:
+        return []
+
+
 def find_stubs(pids: list[int]) -> list[Stub]:
     """The stubs among ``pids``. A stub's argv is ``stub <repo>/<model>/<version>/<file> <shm> … <instance> …``."""
     stubs = []
     for pid in pids:
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().decode("utf-8", errors="replace").split("\0")
-        except OSError:
-            continue
+        argv = command_line(pid)
         if len(argv) > 1 and argv[0].endswith(STUB_BINARY):
             model_file = Path(argv[1])
             instance = argv[8] if len(argv) > 8 else ""
@@ -114,24 +118,11 @@ class StubWatchdog(threading.Thread):
 
     def reload(self, model: str) -> None:
         """Load ``model`` again with a changed reload parameter, so Triton really builds new instances."""
-        with urllib.request.urlopen(f"{self.http_url}/v2/models/{model}/config", timeout=10) as response:
-            config = json.loads(response.read())
+        config = model_config(self.http_url, model)
         count = self.reloads.get(model, 0) + 1
         config.setdefault("parameters", {})[RELOAD_PARAMETER] = {"string_value": str(count)}
-        body = json.dumps({"parameters": {"config": json.dumps(config)}}).encode()
-        request = urllib.request.Request(
-            f"{self.http_url}/v2/repository/models/{model}/load",
-            data=body,
-            headers={"Content-Type": "application/json", **self.control_headers},
-            method="POST",
-        )
-        with urllib.request.urlopen(request, timeout=120):
-            pass
+        load_model(self.http_url, self.control_headers, model, config)
         self.reloads[model] = count
 
     def _is_ready(self, model: str) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.http_url}/v2/models/{model}/ready", timeout=5) as response:
-                return response.status == 200
-        except (urllib.error.URLError, OSError):
-            return False
+        return http_status(f"{self.http_url}/v2/models/{model}/ready", timeout_s=5) == 200

@@ -23,6 +23,7 @@ from tritonclient.utils import InferenceServerException
 
 from clients import Client, RetryPolicy
 from serving.embedded import SHM_ROOT, EmbeddedTriton, free_ports, process_group_members
+from serving.watchdog import command_line
 
 ROOT = Path(__file__).resolve().parents[2]
 SENTIMENT = ["sentiment", "sentiment_encoder"]
@@ -208,7 +209,7 @@ def test_serving_cli_restarts_a_crashed_server(tmp_path: Path) -> None:
         (server_pid,) = [
             int(pid)
             for pid in os.listdir("/proc")
-            if pid.isdigit() and grpc_flag in _cmdline(int(pid)) and "tritonserver" in _cmdline(int(pid))
+            if pid.isdigit() and grpc_flag in (argv := command_line(int(pid))) and argv[0].endswith("tritonserver")
         ]
         os.kill(server_pid, signal.SIGKILL)  # what a crash looks like from outside
         killed_at = time.monotonic()
@@ -221,14 +222,6 @@ def test_serving_cli_restarts_a_crashed_server(tmp_path: Path) -> None:
         stderr = cli.stop()
     assert "tritonserver exited on its own with code -9; restarting it (1/5)" in stderr
     assert cli.process.returncode == 0
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
 
 
 def test_restart_under_load_clients_retry_then_succeed(start_server, caplog) -> None:
