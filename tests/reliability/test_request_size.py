@@ -87,3 +87,15 @@ def test_head_parsing() -> None:
         body_length({"content-length": "ten"}, max_json_bytes=5)
     with pytest.raises(HeadError, match="malformed"):
         parse_head(b"POST / HTTP/1.1\r\nno colon here\r\n\r\n")
+
+
+def test_without_the_guard_4200_kib_of_json_kills_triton(start_server) -> None:
+    """Why the guard exists (the numbers in README's security table): sent as `curl -d` sends it, Triton 2.51
+    answers a 3,900 KiB body and dies with SIGSEGV on 4,200 KiB."""
+    server = start_server(["sentiment", "sentiment_encoder"], http_guard=False)
+    assert post_json(server, infer_body(["a" * (4200 << 10)]))[0] == 400  # JSON content type: answered
+    form = {"Content-Type": "application/x-www-form-urlencoded"}  # what `curl -d` and urllib send
+    assert post_json(server, infer_body(["a" * (3900 << 10)]), form)[0] == 400
+    with pytest.raises((ConnectionError, http.client.HTTPException, OSError)):
+        post_json(server, infer_body(["a" * (4200 << 10)]), form)
+    assert server.process.wait(timeout=30) == -11  # SIGSEGV
