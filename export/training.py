@@ -31,6 +31,7 @@ class TrainConfig:
     grad_clip: float = 1.0
     seed: int = 13
     threads: int = 0  # 0 = torch default (all cores)
+    bf16: bool = False  # bfloat16 autocast (weights, optimizer stay fp32): ~1.5× faster on AVX512-BF16 CPUs
 
 
 def length_batches(
@@ -143,7 +144,8 @@ def train(
         for i, batch in enumerate(bar):
             for group in opt.param_groups:
                 group["lr"] = lr_at(step, total_steps, cfg, (time.monotonic() - t0) / budget_s)
-            loss = loss_fn(model, batch)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
+                loss = loss_fn(model, batch)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)

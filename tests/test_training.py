@@ -1,6 +1,7 @@
 """The training code keeps working: data readers, leak-free split, a tiny end-to-end run."""
 
 import json
+import random
 
 from export import build_repository, sentiment
 from export.data import LabelledText, dedupe_labelled, normalize_key, read_sentiment, seeded_split
@@ -57,16 +58,36 @@ def test_tiny_training_run_writes_a_servable_checkpoint(fake_data_dir, tmp_path)
     assert config["labels"] == ["negative", "positive"] and tokenizer.get_vocab_size() <= 200
 
 
-def test_masked_token_pretraining_and_word_tokenizer(fake_data_dir, tmp_path):
+def test_pretraining_word_tokenizer_distillation_and_bf16(fake_data_dir, tmp_path):
     out = tmp_path / "ck"
     argv = ["sentiment", "--data-dir", str(fake_data_dir), "--out", str(out), "--state", str(tmp_path / "st.pt")]
     argv += ["--epochs", "2", "--minutes", "1", "--pretrain-minutes", "0.05", "--token-dropout", "0.1"]
     argv += ["--tokenizer", "words", "--d-model", "32", "--layers", "1", "--heads", "2", "--d-ff", "64"]
+    argv += ["--distill", "0.5", "--negation-templates", "--bf16"]
     assert train_main(argv) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["pretraining"]["epochs"], "the masked-token stage ran"
+    assert metrics["history"]["train_config"]["bf16"] is True
+    teacher = metrics["teacher"]
+    assert teacher["weight"] == 0.5
+    assert set(teacher["accuracy"]) == {"train_out_of_fold", "dev", "test"}
+    assert teacher["accuracy"]["train_out_of_fold"] > 0.9  # the fake reviews are easy for n-grams
     config = json.loads((out / "config.json").read_text())
     assert config["tokenizer"] == "words"
+
+
+def test_teacher_soft_labels_come_from_folds_that_did_not_see_the_text():
+    from export import ngram_teacher
+
+    # every text occurs once with a random label: a teacher that saw it would echo the label,
+    # one that did not has nothing to go on and stays near 0.5
+    rng = random.Random(0)
+    texts = [f"编号{i:05d}号评论" for i in range(400)]
+    labels = [rng.randint(0, 1) for _ in texts]
+    probs = ngram_teacher.out_of_fold_probabilities(texts, labels, folds=4)
+    assert probs.shape == (400, 2) and abs(probs.sum(1) - 1).max() < 1e-5
+    assert ngram_teacher.fit(texts, labels).predict_proba(texts)[range(400), labels].mean() > 0.6
+    assert abs(probs[range(400), labels].mean() - 0.5) < 0.06
 
 
 def test_mask_tokens_only_touches_real_tokens():
