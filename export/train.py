@@ -70,6 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="sentiment: weight of an n-gram teacher's soft labels in the training targets (0 = labels only; "
         "needs scikit-learn, the `train` extra)",
     )
+    p.add_argument(
+        "--lead-pretrain-minutes",
+        type=float,
+        default=0.0,
+        help="summarize: first train on (text → its first sentence) pairs for this long (part of --minutes)",
+    )
     p.add_argument("--max-tokens", type=int, default=128, help="sentiment texts are truncated to this")
     p.add_argument("--seed", type=int, default=13)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = all cores)")
@@ -131,7 +137,18 @@ def main(argv: list[str] | None = None) -> int:
     else:
         from export import seq2seq
 
-        seq2seq.run(args.task, args.data_dir, out, model_cfg, train_cfg, state, args.limit, command, args.eval_limit)
+        seq2seq.run(
+            args.task,
+            args.data_dir,
+            out,
+            model_cfg,
+            train_cfg,
+            state,
+            args.limit,
+            command,
+            args.eval_limit,
+            lead_pretrain_minutes=args.lead_pretrain_minutes,
+        )
     return 0
 
 

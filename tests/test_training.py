@@ -113,3 +113,20 @@ def test_negation_templates_flip_the_polarity_word_and_skip_probes():
     assert "这家店不差" not in texts
     assert texts["这家店一点也不差"] == 1 and texts["这家店一点也不好"] == 0
     assert {r.source for r in rows} == {"negation_templates"}
+
+
+def test_tiny_summarize_run_with_lead_pretraining(fake_data_dir, tmp_path):
+    from export.seq2seq import first_sentence
+
+    assert first_sentence("今天上午，市政府召开发布会。介绍了进展。") == "今天上午，市政府召开发布会"
+    assert first_sentence("没有句号" * 20, max_chars=10) == "没有句号没有句号没有"
+
+    out = tmp_path / "ck"
+    argv = ["summarize", "--data-dir", str(fake_data_dir), "--out", str(out), "--state", str(tmp_path / "st.pt")]
+    argv += ["--epochs", "2", "--minutes", "1", "--lead-pretrain-minutes", "0.05", "--bf16", "--eval-limit", "4"]
+    argv += ["--d-model", "32", "--layers", "1", "--decoder-layers", "1", "--heads", "2", "--d-ff", "64"]
+    assert train_main(argv) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["lead_pretraining"]["epochs"], "the lead stage ran"
+    assert len(metrics["history"]["epochs"]) == 2
+    assert {"greedy", "beam4", "lead_baseline", "first_sentence_baseline"} <= set(metrics["test"])
