@@ -115,6 +115,7 @@ def run(
     command: str = "",
     eval_limit: int | None = None,
     lead_pretrain_minutes: float = 0.0,
+    keep: str = "best",
 ) -> dict:
     """Train and evaluate; write the checkpoint folder; return the metrics.
 
@@ -122,6 +123,10 @@ def run(
     training texts ("Make Lead Bias in Your Favor", Zhu et al. 2019): copying a leading sentence is
     far easier to learn than a headline, and it teaches the decoder to attend to the source before
     the real summaries take over. Part of the time budget; skipped when resuming.
+
+    keep="best" keeps the epoch with the lowest dev loss, keep="last" the final weights: with the
+    learning rate annealed to 5%, the last weights can translate better although the loss of the
+    dev references has crept up (an overconfident but more accurate model).
     """
     task = TASKS[task_name]
     pairs, test_pairs = task.reader(data_dir)
@@ -184,7 +189,8 @@ def run(
         train_cfg = replace(train_cfg, max_minutes=train_cfg.max_minutes - history_lead["minutes"])
 
     lengths = [len(s) + len(t) for s, t in train_ex]
-    history = train(model, lengths, loss_fn, train_cfg, evaluate, "neg_dev_loss", state_path, desc=task.name)
+    select = "neg_dev_loss" if keep == "best" else None
+    history = train(model, lengths, loss_fn, train_cfg, evaluate, select, state_path, desc=task.name)
     round_to_stored_precision(model)
 
     sources = [e[0] for e in test_ex]

@@ -76,6 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         help="summarize: first train on (text → its first sentence) pairs for this long (part of --minutes)",
     )
+    p.add_argument(
+        "--keep",
+        choices=["best", "last"],
+        default="best",
+        help="translate/summarize: the weights of the epoch with the lowest dev loss, or the last weights",
+    )
     p.add_argument("--max-tokens", type=int, default=128, help="sentiment texts are truncated to this")
     p.add_argument("--seed", type=int, default=13)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = all cores)")
@@ -148,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             command,
             args.eval_limit,
             lead_pretrain_minutes=args.lead_pretrain_minutes,
+            keep=args.keep,
         )
     return 0
 

@@ -105,7 +105,8 @@ def train(
     """Train until max_epochs or max_minutes; returns a history dict.
 
     loss_fn(model, example_indices) → scalar loss for one batch. When `evaluate` is given it
-    runs after each epoch and the weights with the best `select_metric` are kept. When
+    runs after each epoch and the weights with the best `select_metric` are kept (the last weights
+    when select_metric is None). When
     `state_path` exists, training resumes from it (model, optimizer, epoch, step, best).
     """
     torch.manual_seed(cfg.seed)
@@ -137,6 +138,8 @@ def train(
     t0 = time.monotonic() - spent
     out_of_time = False
     for epoch in range(start_epoch, cfg.max_epochs):
+        if time.monotonic() - t0 > budget_s:  # resumed after the budget was spent: nothing more to train
+            break
         model.train()
         batches = length_batches(lengths, cfg.batch_tokens, cfg.max_batch_size, rng)
         bar = tqdm(batches, desc=f"{desc} epoch {epoch + 1}/{cfg.max_epochs}", unit="batch", dynamic_ncols=True)
@@ -188,7 +191,7 @@ def train(
         if out_of_time:
             print(f"time budget of {cfg.max_minutes} min reached after epoch {epoch + 1}")
             break
-    if best_state is not None:
+    if select_metric is not None and best_state is not None:
         model.load_state_dict(best_state)
         history["selected"] = {select_metric: best}
     history["minutes"] = round((time.monotonic() - t0) / 60, 2)

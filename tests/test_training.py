@@ -125,8 +125,10 @@ def test_tiny_summarize_run_with_lead_pretraining(fake_data_dir, tmp_path):
     argv = ["summarize", "--data-dir", str(fake_data_dir), "--out", str(out), "--state", str(tmp_path / "st.pt")]
     argv += ["--epochs", "2", "--minutes", "1", "--lead-pretrain-minutes", "0.05", "--bf16", "--eval-limit", "4"]
     argv += ["--d-model", "32", "--layers", "1", "--decoder-layers", "1", "--heads", "2", "--d-ff", "64"]
+    argv += ["--keep", "last"]
     assert train_main(argv) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["lead_pretraining"]["epochs"], "the lead stage ran"
     assert len(metrics["history"]["epochs"]) == 2
+    assert "selected" not in metrics["history"], "--keep last keeps the final weights, no dev selection"
     assert {"greedy", "beam4", "lead_baseline", "first_sentence_baseline"} <= set(metrics["test"])
