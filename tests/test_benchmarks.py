@@ -108,3 +108,11 @@ def test_variant_without_queue_policy_keeps_batching():
     text = rewrite_config(CONFIG, ServingVariant(queue_policy=False))
     assert "dynamic_batching {" in text and "default_queue_policy" not in text and "max_queue_size" not in text
     assert text.count("{") == text.count("}")
+
+
+def test_train_step_benchmark_prints_both_modes(capsys):
+    from benchmarks import train_step
+
+    assert train_step.main(["--threads", "1", "--repeats", "1"]) == 0
+    line = capsys.readouterr().out
+    assert "fp32" in line and "bf16" in line and "speed-up" in line
