@@ -51,7 +51,7 @@ test: venv $(NGC_ORT)/.installed $(PERF_ANALYZER)/.installed repository lint  ##
 train-sentiment: venv  ## train the sentiment model (≤ 30 min on 2 cores) into checkpoints/sentiment
 	$(PY) -m export.train sentiment --data-dir $(DATA_DIR) --tokenizer words --vocab-size 16000 --d-model 128 \
 	  --layers 3 --heads 4 --d-ff 512 --dropout 0.2 --lr 2e-3 --epochs 10 --minutes 28 --pretrain-minutes 10 \
-	  --token-dropout 0.1 --negation-templates --distill 0.5 --bf16
+	  --token-dropout 0.1 --negation-templates --distill 0.8 --bf16
 
 .PHONY: ablation
 ablation: venv  ## positional-encoding ablation (4 schemes, synthetic tasks) into ablation/; see ABLATION.md
