@@ -81,7 +81,9 @@ def test_rope_scores_in_the_encoder_depend_only_on_i_minus_j():
 
 def test_default_scheme_is_rope_and_loads_the_shipped_checkpoint_strictly():
     config = read_json(CHECKPOINTS / "sentiment" / "config.json")["model"]
-    assert "positional" not in config
+    assert config.get("positional", "rope") == "rope"
+    older = {k: v for k, v in config.items() if not k.startswith(("positional", "relative_"))}
+    assert ModelConfig.from_dict(older).positional == "rope"  # configs written before the ablation load as RoPE
     cfg = ModelConfig.from_dict(config)
     assert cfg.positional == "rope"
     model = SentimentClassifier(cfg)
