@@ -2,7 +2,8 @@
 
     .venv/bin/python -m benchmarks.train_step [--threads 2] [--repeats 7]
 
-One batch of 128 random pairs (8–20 tokens a side) in the shipped translate architecture; forward,
+One batch of 128 random pairs (8–20 tokens a side) in the shipped translate architecture
+(checkpoints/translate/config.json, fresh weights); forward,
 backward and an AdamW step, the two modes interleaved; prints the median seconds per step and the ratio.
 """
 
@@ -15,6 +16,8 @@ import time
 
 import torch
 
+from benchmarks.profiles import CHECKPOINTS
+from export.checkpoint import read_json
 from export.model import ModelConfig, Seq2Seq
 from export.seq2seq import seq2seq_loss
 
@@ -27,13 +30,14 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     rng = random.Random(0)
-    cfg = ModelConfig(vocab_size=2890, tgt_vocab_size=6000, d_model=256, n_heads=4, n_layers=3, n_decoder_layers=3)
+    cfg = ModelConfig.from_dict(read_json(CHECKPOINTS / "translate" / "config.json")["model"])
     model = Seq2Seq(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    batch = [
-        ([rng.randint(4, 2889) for _ in range(rng.randint(8, 20))] + [3], [rng.randint(4, 5999) for _ in range(20)])
-        for _ in range(128)
-    ]
+
+    def ids(vocab: int) -> list[int]:
+        return [rng.randint(4, vocab - 1) for _ in range(rng.randint(8, 20))]
+
+    batch = [(ids(cfg.vocab_size) + [cfg.eos_id], ids(cfg.tgt_vocab_size)) for _ in range(128)]
     times: dict[str, list[float]] = {"fp32": [], "bf16": []}
     for i in range(args.repeats + 1):
         for mode in times:

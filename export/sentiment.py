@@ -120,10 +120,13 @@ def run(
         for name, part in [("train", train_rows), ("dev", dev_rows), ("test", test_rows)]
     }
     labels = torch.tensor([r.label for r in train_rows])
-    targets = F.one_hot(labels, len(LABELS)).float()  # soft targets: the labels, or mixed with the teacher's
+    targets = F.one_hot(labels, len(LABELS)).float()  # the labels, or mixed with the teacher's probabilities
     teacher_report: dict = {}
-    if distill > 0:
-        targets, teacher_report = teacher_targets(train_rows, dev_rows, test_rows, n_synthetic, distill)
+    if distill > 0:  # synthetic template rows (the last n_synthetic) keep their labels
+        real = len(train_rows) - n_synthetic
+        probs, teacher_report = teacher_probabilities(train_rows[:real], dev_rows, test_rows)
+        targets[:real] = (1 - distill) * targets[:real] + distill * probs
+        teacher_report["weight"] = distill
     model = SentimentClassifier(model_cfg)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model: {n_params / 1e6:.2f} M parameters, vocab {model_cfg.vocab_size}")
@@ -151,8 +154,7 @@ def run(
 
     def loss_fn(m: nn.Module, batch: list[int]) -> torch.Tensor:
         x, mask = pad_batch([ids["train"][i] or [0] for i in batch])
-        soft = targets[batch] * 0.95 + 0.025  # label smoothing 0.05
-        return -(soft * m(drop_tokens(x, mask, token_dropout), mask).log_softmax(-1)).sum(-1).mean()
+        return F.cross_entropy(m(drop_tokens(x, mask, token_dropout), mask), targets[batch], label_smoothing=0.05)
 
     def evaluate(m: nn.Module) -> dict[str, float]:
         return {"dev_accuracy": classification_metrics(dev_rows, predict(m, ids["dev"]))["all"]["accuracy"]}
@@ -185,34 +187,22 @@ def run(
     return metrics
 
 
-def teacher_targets(
-    train_rows: list[LabelledText],
-    dev_rows: list[LabelledText],
-    test_rows: list[LabelledText],
-    n_synthetic: int,
-    weight: float,
+def teacher_probabilities(
+    train_rows: list[LabelledText], dev_rows: list[LabelledText], test_rows: list[LabelledText]
 ) -> tuple[torch.Tensor, dict]:
-    """Training targets (1 - weight) * label + weight * n-gram teacher probabilities, and the
-    teacher's own dev/test accuracy. Synthetic template rows (the last n_synthetic) keep their label."""
+    """The n-gram teacher's out-of-fold class probabilities [N, 2] for the training rows, and a report
+    of its own accuracy (out of fold on train; fitted on all of train for dev and test)."""
     from export import ngram_teacher
 
-    real = train_rows[: len(train_rows) - n_synthetic]
-    texts, y = [r.text for r in real], [r.label for r in real]
-    print(f"n-gram teacher: out-of-fold probabilities for {len(real)} training texts")
+    texts, y = [r.text for r in train_rows], [r.label for r in train_rows]
+    print(f"n-gram teacher: out-of-fold probabilities for {len(texts)} training texts")
     probs = torch.from_numpy(ngram_teacher.out_of_fold_probabilities(texts, y))
-    hard = F.one_hot(torch.tensor([r.label for r in train_rows]), len(LABELS)).float()
-    targets = hard.clone()
-    targets[: len(real)] = (1 - weight) * hard[: len(real)] + weight * probs
     teacher = ngram_teacher.fit(texts, y)
-    accuracy = {
-        name: round(float((teacher.predict([r.text for r in rows]) == [r.label for r in rows]).mean()), 4)
-        for name, rows in (("dev", dev_rows), ("test", test_rows))
-    }
-    out_of_fold = round(float((probs.argmax(-1) == torch.tensor(y)).float().mean()), 4)
-    report = {"model": "tf-idf char 1-3-grams + logistic regression", "weight": weight}
-    report |= {"accuracy": {"train_out_of_fold": out_of_fold, **accuracy}}
-    print(f"n-gram teacher accuracy: {report['accuracy']}")
-    return targets, report
+    accuracy = {"train_out_of_fold": round(float((probs.argmax(-1) == torch.tensor(y)).float().mean()), 4)}
+    for name, rows in (("dev", dev_rows), ("test", test_rows)):
+        accuracy[name] = round(float((teacher.predict([r.text for r in rows]) == [r.label for r in rows]).mean()), 4)
+    print(f"n-gram teacher accuracy: {accuracy}")
+    return probs, {"model": "tf-idf char 1-3-grams + logistic regression", "accuracy": accuracy}
 
 
 def load(checkpoint_dir: Path) -> tuple[SentimentClassifier, dict, object]:

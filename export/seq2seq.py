@@ -176,7 +176,7 @@ def run(
         return {"neg_dev_loss": round(-total / max(1, count), 4)}
 
     history_lead: dict = {}
-    if lead_pretrain_minutes > 0 and not (state_path and Path(state_path).exists()):
+    if lead_pretrain_minutes > 0 and not (state_path and Path(state_path).exists()):  # a resumed run is past it
         lead_ex = encode_pairs([Pair(p.source, first_sentence(p.source)) for p in train_pairs], src_tok, tgt_tok, task)
         print(f"lead pre-training on {len(lead_ex)} (text → first sentence) pairs for {lead_pretrain_minutes} min")
         history_lead = train(
@@ -186,12 +186,16 @@ def run(
             replace(train_cfg, max_minutes=lead_pretrain_minutes, max_epochs=100),
             desc=f"{task.name} lead pre-training",
         )
-        train_cfg = replace(train_cfg, max_minutes=train_cfg.max_minutes - history_lead["minutes"])
+    # the planned share, not the measured one, so that a resumed run gets the same budget
+    train_cfg = replace(train_cfg, max_minutes=train_cfg.max_minutes - lead_pretrain_minutes)
 
     lengths = [len(s) + len(t) for s, t in train_ex]
     select = "neg_dev_loss" if keep == "best" else None
     history = train(model, lengths, loss_fn, train_cfg, evaluate, select, state_path, desc=task.name)
     round_to_stored_precision(model)
+
+    dev_hyps = generate_texts(model, [e[0] for e in dev_ex], tgt_tok, task.max_target_tokens, 1, desc="dev greedy")
+    dev_scores = {"greedy": task.score(dev_hyps, [p.target for p in dev_pairs])}
 
     sources = [e[0] for e in test_ex]
     references = [p.target for p in test_pairs]
@@ -215,6 +219,7 @@ def run(
         "command": command,
         "parameters": n_params,
         "splits": {"train": len(train_pairs), "dev": len(dev_pairs), "test": len(test_pairs), "seed": train_cfg.seed},
+        "dev": dev_scores,
         "test": scores,
         "samples": samples,
         "history": history,
