@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,7 +65,8 @@ class StubWatchdog(threading.Thread):
     """Poll every ``interval_s``; reload each model that lost a stub. ``stop()`` ends the thread.
 
     ``members()`` lists the live processes of the server's group; ``http_url`` and ``control_headers`` reach the
-    (locked) model-repository API. A model that is not ready (being unloaded on purpose, or failed) is left alone.
+    (locked) model-repository API. A model that lost a stub is reloaded as soon as it reports ready; one that
+    stays not ready for ``patience_s`` (being unloaded on purpose, or failed) is left alone.
     """
 
     def __init__(
@@ -73,6 +75,7 @@ class StubWatchdog(threading.Thread):
         http_url: str,
         control_headers: dict[str, str],
         interval_s: float = 0.5,
+        patience_s: float = 30.0,
         log: Callable[[str], None] = _say,
     ) -> None:
         super().__init__(name="ropeserve-stub-watchdog", daemon=True)
@@ -81,8 +84,12 @@ class StubWatchdog(threading.Thread):
         self.control_headers = control_headers
         self.interval_s = interval_s
         self.log = log
+        self.patience_s = patience_s
         self.reloads: dict[str, int] = {}  # model → reloads done, for logs, tests and metrics
         self._stopped = threading.Event()
+        self._watched: dict[int, Stub] = {}  # pid → stub, from the last look
+        self._retiring: set[int] = set()  # old instances of a reloaded model: they exit on their own
+        self._pending: dict[str, float] = {}  # model that lost a stub → when that was noticed
 
     def stop(self) -> None:
         self._stopped.set()
@@ -90,31 +97,41 @@ class StubWatchdog(threading.Thread):
             self.join(timeout=5)
 
     def run(self) -> None:
-        watched: dict[int, Stub] = {}  # filled by the first look
-        retiring: set[int] = set()  # old instances of a reloaded model: they exit on their own
         while not self._stopped.wait(self.interval_s):
             try:
-                watched, retiring = self._check(watched, retiring)
+                self._check()
             except Exception as exc:  # noqa: BLE001 - a watchdog that dies silently watches nothing
                 self.log(f"stub watchdog: {type(exc).__name__}: {exc}")
 
-    def _check(self, watched: dict[int, Stub], retiring: set[int]) -> tuple[dict[int, Stub], set[int]]:
-        """One look at the process group: reload each model that lost a stub; the new (watched, retiring)."""
+    def _check(self) -> None:
+        """One look at the process group: note each model that lost a stub, reload those that are ready."""
         alive = set(self.members())
-        dead = [stub for pid, stub in watched.items() if pid not in alive and pid not in retiring]
-        for model in sorted({stub.model for stub in dead}):
+        now = time.monotonic()
+        dead = [s for pid, s in self._watched.items() if pid not in alive and pid not in self._retiring]
+        for model in sorted({stub.model for stub in dead} - set(self._pending)):
             pids = ", ".join(str(s.pid) for s in dead if s.model == model)
-            if self._stopped.is_set() or not self._is_ready(model):
+            self.log(f"the Python-backend stub of model '{model}' (pid {pids}) died")
+            self._pending[model] = now
+        for model, since in sorted(self._pending.items()):
+            if self._stopped.is_set():
+                return
+            status = self.ready_status(model)
+            if status != 200:  # being unloaded on purpose, or failed; None: the server did not answer in time
+                if now - since > self.patience_s:
+                    self.log(f"'{model}' is not ready (HTTP {status}) {self.patience_s:.0f} s on; leaving it alone")
+                    del self._pending[model]
                 continue
-            self.log(f"the Python-backend stub of model '{model}' (pid {pids}) died; reloading '{model}'")
+            self.log(f"reloading '{model}'")
             try:
                 self.reload(model)
-            except (OSError, ValueError) as exc:  # server stopping, or the model vanished meanwhile
+            except (OSError, ValueError) as exc:  # server busy or stopping, or the model vanished: try again
                 self.log(f"reloading '{model}' failed: {exc}")
                 continue
-            retiring |= {pid for pid, stub in watched.items() if stub.model == model}
+            del self._pending[model]
+            self._retiring |= {pid for pid, stub in self._watched.items() if stub.model == model}
             self.log(f"model '{model}' reloaded")
-        return {stub.pid: stub for stub in find_stubs(sorted(alive))}, retiring & alive
+        self._watched = {stub.pid: stub for stub in find_stubs(sorted(alive))}
+        self._retiring &= alive
 
     def reload(self, model: str) -> None:
         """Load ``model`` again with a changed reload parameter, so Triton really builds new instances."""
@@ -124,5 +141,6 @@ class StubWatchdog(threading.Thread):
         load_model(self.http_url, self.control_headers, model, config)
         self.reloads[model] = count
 
-    def _is_ready(self, model: str) -> bool:
-        return http_status(f"{self.http_url}/v2/models/{model}/ready", timeout_s=5) == 200
+    def ready_status(self, model: str) -> int | None:
+        """HTTP status of the model's readiness (200: ready), None when the server did not answer."""
+        return http_status(f"{self.http_url}/v2/models/{model}/ready", timeout_s=5)

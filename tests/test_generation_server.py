@@ -11,7 +11,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from clients import Client
-from serving.metrics import metric_sum
+from serving.metrics import settled_sums
 
 SENTENCES = ["我爱你。", "他休息两天。", "我只有几支笔。", "今天天气很好。", "你叫什么名字？", "我们明天去北京。"]
 NEWS = (
@@ -83,14 +83,12 @@ def test_mixed_settings_in_one_batch_are_grouped(triton):
 
 
 def test_concurrent_requests_are_merged(triton):
-    before = (
-        metric_sum(triton.metrics_url, "nv_inference_count", model="translate"),
-        metric_sum(triton.metrics_url, "nv_inference_exec_count", model="translate"),
-    )
+    names = ["nv_inference_count", "nv_inference_exec_count"]
+    before = settled_sums(triton.metrics_url, names, model="translate")
     with Client(triton.grpc_url) as c, cf.ThreadPoolExecutor(16) as pool:
         list(pool.map(lambda i: c.translate([SENTENCES[i % 6]], num_beams=1), range(96)))
-    count = metric_sum(triton.metrics_url, "nv_inference_count", model="translate") - before[0]
-    execs = metric_sum(triton.metrics_url, "nv_inference_exec_count", model="translate") - before[1]
+    after = settled_sums(triton.metrics_url, names, at_least=before[0] + 96, model="translate")
+    count, execs = after[0] - before[0], after[1] - before[1]
     assert count == 96 and execs < count
 
 

@@ -11,7 +11,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from clients import Client, ClientError
-from serving.metrics import metric_sum
+from serving.metrics import settled_sums
 
 POSITIVE = [
     "这部电影不差",
@@ -75,14 +75,11 @@ def test_long_text_is_truncated_not_refused(client):
 
 
 def test_concurrent_requests_are_merged_into_batches(triton):
-    def scrape() -> tuple[float, float]:
-        count = metric_sum(triton.metrics_url, "nv_inference_count", model="sentiment_encoder")
-        return count, metric_sum(triton.metrics_url, "nv_inference_exec_count", model="sentiment_encoder")
-
-    before = scrape()
+    names = ["nv_inference_count", "nv_inference_exec_count"]
+    before = settled_sums(triton.metrics_url, names, model="sentiment_encoder")
     with Client(triton.grpc_url) as c, cf.ThreadPoolExecutor(16) as pool:
         list(pool.map(lambda i: c.sentiment([POSITIVE[i % 4]]), range(160)))
-    after = scrape()
+    after = settled_sums(triton.metrics_url, names, at_least=before[0] + 160, model="sentiment_encoder")
     inferences, executions = after[0] - before[0], after[1] - before[1]
     assert inferences == 160
     assert executions < inferences, f"{executions} executions for {inferences} inferences: nothing was batched"
