@@ -49,7 +49,7 @@ def greedy(model: Seq2Seq, src_ids: Tensor, src_mask: Tensor, max_new_tokens: in
     tokens = torch.full((len(alive), 1), cfg.bos_id, dtype=torch.long)
     cache = KVCache()
     for _ in range(max_new_tokens):
-        next_tokens = model.decode(tokens, memory, mask, cache)[:, -1].argmax(-1).tolist()  # [A]
+        next_tokens = model.decode(tokens, memory, mask, cache, src_ids)[:, -1].argmax(-1).tolist()  # [A]
         keep = []
         for row, (b, token) in enumerate(zip(alive, next_tokens, strict=True)):
             if token != cfg.eos_id:
@@ -120,8 +120,9 @@ def beam_search(
     hyps = [Hypotheses(k, length_penalty) for _ in range(batch)]
     alive = list(range(batch))  # sources in the tensors; source alive[i] owns rows i*k .. i*k+k-1
     cache = KVCache()
+    src_ids = src_ids[rows]  # used once, when the cache projects the memory
     for _ in range(max_new_tokens):
-        logits = model.decode(sequences[:, -1:], memory, mask, cache)[:, -1].float()  # [rows, V]
+        logits = model.decode(sequences[:, -1:], memory, mask, cache, src_ids)[:, -1].float()  # [rows, V]
         scores = F.log_softmax(logits, dim=-1) + beam_scores[:, None]
         top_scores, top_index = scores.view(len(alive), k * vocab).topk(2 * k, dim=1)  # [A, 2k], sorted
         flat_scores, top_index = top_scores.flatten().tolist(), top_index.tolist()

@@ -77,6 +77,9 @@ class ModelConfig:
     positional: str = "rope"
     relative_buckets: int = 32  # "relative_bias": T5's buckets of i - j, half per direction
     relative_max_distance: int = 128  # "relative_bias": distances from here on share the last bucket
+    # Encoder-decoder with one vocabulary: mix a pointer (copy) distribution over the source tokens into
+    # the output (See et al. 2017). Summaries copy phrases from their text; see CopyPointer below.
+    copy: bool = False
 
     @property
     def head_dim(self) -> int:
@@ -103,6 +106,8 @@ class ModelConfig:
             raise ValueError(f"head_dim={self.head_dim} must be even for RoPE")
         if self.positional == "sinusoidal" and self.d_model % 2:
             raise ValueError(f"d_model={self.d_model} must be even for sinusoidal positions (sin/cos pairs)")
+        if self.copy and self.tgt_vocab_size not in (0, self.vocab_size):
+            raise ValueError("copy needs one vocabulary for source and target (tgt_vocab_size 0 or vocab_size)")
         if self.positional == "relative_bias" and (self.relative_buckets < 4 or self.relative_buckets % 4):
             raise ValueError(f"relative_buckets={self.relative_buckets} must be a positive multiple of 4")
 
@@ -519,10 +524,48 @@ class DecoderBlock(nn.Module):
         return x + self.drop(self.ffn(self.ffn_norm(x))), present
 
 
+class CopyPointer(nn.Module):
+    """Pointer-generator output (See et al. 2017, "Get To The Point"): p = g · P_vocab + (1 − g) · P_copy.
+
+    P_copy puts each source position's pointer-attention weight (mean over heads) on that position's
+    token id; the gate g = σ(w · h) decides per step between generating and copying. The result is
+    returned as log p, so that log_softmax (the loss, the beam search) leaves it unchanged.
+
+    The pointer needs the source ids at every decoding step. They travel in the cross-attention
+    cache as one extra (key, value) pair: key = the pointer keys [B, H, S, Dh], value = the source
+    ids as floats broadcast to [B, H, S, Dh]: the shape ORT's BeamSearch expects of every cross
+    pair, so it expands and carries them per beam like the others (exact: ids < 2**24).
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.query = nn.Linear(cfg.d_model, cfg.d_model)
+        self.key = nn.Linear(cfg.d_model, cfg.d_model)
+        self.gate = nn.Linear(cfg.d_model, 1)
+
+    def project_memory(self, memory: Tensor, src_ids: Tensor) -> KV:
+        keys = split_heads(self.key(memory), self.n_heads)  # [B, H, S, Dh]
+        return keys, src_ids.to(keys.dtype)[:, None, :, None].expand_as(keys)
+
+    def forward(self, h: Tensor, logits: Tensor, pointer_kv: KV, src_mask: Tensor) -> Tensor:
+        """h [B, T, D] (normed decoder state), logits [B, T, V] → log p [B, T, V] (float32)."""
+        keys, ids = pointer_kv
+        q = split_heads(self.query(h), self.n_heads)  # [B, H, T, Dh]
+        scores = (q @ keys.transpose(-1, -2)).float() / math.sqrt(q.shape[-1])  # [B, H, T, S]
+        padded = (src_mask == 0)[:, None, None, :]
+        attention = scores.masked_fill(padded, MASK_FILTER_VALUE).softmax(-1).mean(1)  # [B, T, S]
+        source = ids[:, 0, :, 0].long()[:, None, :].expand_as(attention)  # [B, T, S]
+        copied = torch.zeros_like(logits, dtype=torch.float32).scatter_add(-1, source, attention)
+        g = torch.sigmoid(self.gate(h).float())  # [B, T, 1]
+        return torch.log(g * logits.float().softmax(-1) + (1 - g) * copied + 1e-9)
+
+
 class Decoder(nn.Module):
     """Target ids [B, T] + projected memory → next-token logits [B, T, V] and the present KV cache.
 
-    The output projection is tied to the target embedding (logits = LN(h) · Eᵀ).
+    The output projection is tied to the target embedding (logits = LN(h) · Eᵀ). With `cfg.copy`
+    the last pair of the projected memory is the pointer's (see CopyPointer) and the result is log p.
     """
 
     def __init__(self, cfg: ModelConfig) -> None:
@@ -533,13 +576,20 @@ class Decoder(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(DecoderBlock(cfg) for _ in range(cfg.n_decoder_layers))
         self.norm = nn.LayerNorm(cfg.d_model)
+        self.pointer = CopyPointer(cfg) if cfg.copy else None
         cos, sin = rope_tables(cfg.max_len, cfg.head_dim, cfg.rope_base)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
 
-    def project_memory(self, memory: Tensor) -> list[KV]:
-        """Encoder memory [B, S, D] → per layer cross-attention (key, value) [B, H, S, Dh]."""
-        return [block.cross_attn.project_memory(memory) for block in self.blocks]
+    def project_memory(self, memory: Tensor, src_ids: Tensor | None = None) -> list[KV]:
+        """Encoder memory [B, S, D] → per layer cross-attention (key, value) [B, H, S, Dh], and with
+        `cfg.copy` the pointer's pair last (it needs the source ids)."""
+        layers = [block.cross_attn.project_memory(memory) for block in self.blocks]
+        if self.pointer is None:
+            return layers
+        if src_ids is None:
+            raise ValueError("a copying decoder needs the source ids to project the memory")
+        return [*layers, self.pointer.project_memory(memory, src_ids)]
 
     def forward(
         self, tgt_ids: Tensor, src_mask: Tensor, memory_kv: list[KV], past: list[KV] | None = None
@@ -550,7 +600,11 @@ class Decoder(nn.Module):
             layer_past = None if past is None else past[i]
             x, present = block(x, src_mask, memory_kv[i], self.rope_cos, self.rope_sin, layer_past)
             presents.append(present)
-        return F.linear(self.norm(x), self.embed.weight), presents  # [B, T, V]
+        h = self.norm(x)
+        logits = F.linear(h, self.embed.weight)  # [B, T, V]
+        if self.pointer is not None:
+            logits = self.pointer(h, logits, memory_kv[-1], src_mask)
+        return logits, presents
 
 
 @dataclass
@@ -604,22 +658,30 @@ class Seq2Seq(nn.Module):
         """src_ids [B, S] int64, src_mask [B, S] (1 = token) → memory [B, S, D]."""
         return self.encoder(src_ids, src_mask)
 
-    def decode(self, tgt_ids: Tensor, memory: Tensor, src_mask: Tensor, cache: KVCache | None = None) -> Tensor:
+    def decode(
+        self,
+        tgt_ids: Tensor,
+        memory: Tensor,
+        src_mask: Tensor,
+        cache: KVCache | None = None,
+        src_ids: Tensor | None = None,
+    ) -> Tensor:
         """Causal logits [B, T, V] for tgt_ids [B, T].
 
         Without a cache this is the teacher-forced pass. With one, tgt_ids are the positions after
         `cache.length`; the cache is filled (cross K/V on first use) and extended in place.
+        A copying model (`cfg.copy`) needs `src_ids` whenever the memory is projected.
         """
         if cache is None:
-            logits, _ = self.decoder(tgt_ids, src_mask, self.decoder.project_memory(memory))
+            logits, _ = self.decoder(tgt_ids, src_mask, self.decoder.project_memory(memory, src_ids))
             return logits
         if cache.cross_kv is None:
-            cache.cross_kv = self.decoder.project_memory(memory)
+            cache.cross_kv = self.decoder.project_memory(memory, src_ids)
         logits, cache.self_kv = self.decoder(tgt_ids, src_mask, cache.cross_kv, cache.self_kv)
         return logits
 
     def forward(self, src_ids: Tensor, src_mask: Tensor, tgt_in: Tensor) -> Tensor:
-        return self.decode(tgt_in, self.encode(src_ids, src_mask), src_mask)
+        return self.decode(tgt_in, self.encode(src_ids, src_mask), src_mask, src_ids=src_ids)
 
 
 def _init_weights(module: nn.Module) -> None:

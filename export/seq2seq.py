@@ -116,6 +116,7 @@ def run(
     eval_limit: int | None = None,
     lead_pretrain_minutes: float = 0.0,
     keep: str = "best",
+    target_vocab: int | None = None,
 ) -> dict:
     """Train and evaluate; write the checkpoint folder; return the metrics.
 
@@ -129,6 +130,8 @@ def run(
     dev references has crept up (an overconfident but more accurate model).
     """
     task = TASKS[task_name]
+    if target_vocab:
+        task = replace(task, target_vocab=target_vocab)
     pairs, test_pairs = task.reader(data_dir)
     train_pairs, dev_pairs = seeded_split(pairs, key=lambda p: p.source, fractions=(0.95, 0.05))
     if limit:
@@ -194,8 +197,10 @@ def run(
     history = train(model, lengths, loss_fn, train_cfg, evaluate, select, state_path, desc=task.name)
     round_to_stored_precision(model)
 
-    dev_hyps = generate_texts(model, [e[0] for e in dev_ex], tgt_tok, task.max_target_tokens, 1, desc="dev greedy")
-    dev_scores = {"greedy": task.score(dev_hyps, [p.target for p in dev_pairs])}
+    dev_scores = {}
+    if dev_ex:
+        hyps = generate_texts(model, [e[0] for e in dev_ex], tgt_tok, task.max_target_tokens, 1, desc="dev greedy")
+        dev_scores["greedy"] = task.score(hyps, [p.target for p in dev_pairs])
 
     sources = [e[0] for e in test_ex]
     references = [p.target for p in test_pairs]

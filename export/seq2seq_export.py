@@ -97,9 +97,12 @@ class EncoderStep(nn.Module):
         self.model = model
 
     def forward(self, encoder_input_ids: Tensor, encoder_attention_mask: Tensor, decoder_input_ids: Tensor):
-        memory = self.model.encode(encoder_input_ids.long(), encoder_attention_mask)  # [B, S, D]
-        cross = self.model.decoder.project_memory(memory)  # per layer [B, H, S, Dh]
+        src_ids = encoder_input_ids.long()
+        memory = self.model.encode(src_ids, encoder_attention_mask)  # [B, S, D]
+        cross = self.model.decoder.project_memory(memory, src_ids)  # per layer [B, H, S, Dh] (+ pointer)
         logits, present = self.model.decoder(decoder_input_ids.long(), encoder_attention_mask, cross)
+        if self.model.cfg.copy:  # ORT pairs every cross pair with a self pair: a one-position placeholder
+            present.append((cross[-1][0][:, :, :1] * 0, cross[-1][0][:, :, :1] * 0))
         return logits, memory, *_flat(present), *_flat(cross)
 
 
@@ -111,10 +114,20 @@ class DecoderStep(nn.Module):
         self.model = model
 
     def forward(self, input_ids: Tensor, encoder_attention_mask: Tensor, *past: Tensor):
-        n = 2 * self.model.cfg.n_decoder_layers
+        n = 2 * _cache_layers(self.model)
         self_past, cross = _pairs(past[:n]), _pairs(past[n:])
+        if self.model.cfg.copy:  # the pointer's placeholder self pair grows by one position, like the others
+            placeholder = self_past.pop()
+            grown = [torch.cat([t, t[:, :, :1] * 0], dim=2) for t in placeholder]
         logits, present = self.model.decoder(input_ids.long(), encoder_attention_mask, cross, self_past)
+        if self.model.cfg.copy:
+            present.append((grown[0], grown[1]))
         return logits, *_flat(present)
+
+
+def _cache_layers(model: Seq2Seq) -> int:
+    """The (self, cross) pairs ORT sees: one per decoder layer, plus the pointer's with cfg.copy."""
+    return model.cfg.n_decoder_layers + int(model.cfg.copy)
 
 
 def _export(module: nn.Module, args: tuple, names_in: list, names_out: list, shapes) -> onnx.ModelProto:
@@ -150,7 +163,7 @@ def export_encoder_step(model: Seq2Seq) -> onnx.ModelProto:
     cfg = model.cfg
     ids, mask, (batch, sequence) = _example(model)
     start = torch.full((ids.shape[0], 1), cfg.bos_id, dtype=torch.int32)
-    n = cfg.n_decoder_layers
+    n = _cache_layers(model)
     presents = _kv_names("present", "self", n) + _kv_names("present", "cross", n)
     names_out = ["logits", "encoder_hidden_states", *presents]
     shapes = {"encoder_input_ids": {0: batch, 1: sequence}, "encoder_attention_mask": {0: batch, 1: sequence}}
@@ -163,10 +176,12 @@ def export_decoder_step(model: Seq2Seq) -> onnx.ModelProto:
     cfg = model.cfg
     _, mask, (batch, sequence) = _example(model)
     b, s, past_len = mask.shape[0], mask.shape[1], 4
-    n = cfg.n_decoder_layers
+    n = _cache_layers(model)
     tokens = torch.randint(4, cfg.target_vocab_size, (b, 1), dtype=torch.int32)
     self_past = [torch.randn(b, cfg.n_heads, past_len, cfg.head_dim) for _ in range(2 * n)]
     cross_past = [torch.randn(b, cfg.n_heads, s, cfg.head_dim) for _ in range(2 * n)]
+    if cfg.copy:  # the pointer's value carries source ids
+        cross_past[-1] = torch.randint(4, cfg.vocab_size, (b, 1, s, 1)).float().repeat(1, cfg.n_heads, 1, cfg.head_dim)
     past = torch.export.Dim("past_sequence", min=1, max=cfg.max_len)  # one Dim shared by keys and values
     shapes = (
         {0: batch},

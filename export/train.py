@@ -82,6 +82,23 @@ def build_parser() -> argparse.ArgumentParser:
         default="best",
         help="translate/summarize: the weights of the epoch with the lowest dev loss, or the last weights",
     )
+    p.add_argument(
+        "--target-vocab",
+        type=int,
+        help="translate: English tokenizer size (default 6000); smaller pieces generalize better on little data",
+    )
+    p.add_argument(
+        "--copy",
+        action="store_true",
+        help="summarize: a pointer-generator decoder that can copy source tokens into the summary",
+    )
+    p.add_argument(
+        "--ema",
+        type=float,
+        default=0.0,
+        help="evaluate and keep an exponential moving average of the weights with this decay per step "
+        "(e.g. 0.999; 0 = the weights as trained)",
+    )
     p.add_argument("--max-tokens", type=int, default=128, help="sentiment texts are truncated to this")
     p.add_argument("--seed", type=int, default=13)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = all cores)")
@@ -111,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         n_decoder_layers=pick("decoder_layers"),
         d_ff=args.d_ff,
         dropout=args.dropout,
+        copy=args.copy,
     )
     train_cfg = TrainConfig(
         max_epochs=pick("epochs"),
@@ -120,7 +138,12 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         threads=args.threads,
         bf16=args.bf16,
+        ema=args.ema,
     )
+    if args.copy and args.task != "summarize":
+        build_parser().error("--copy applies to summarize only (it needs one vocabulary for text and summary)")
+    if args.target_vocab is not None and args.task != "translate":
+        build_parser().error("--target-vocab applies to translate only (summarize shares one vocabulary)")
     if args.task == "sentiment":
         from export import sentiment
 
@@ -155,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             args.eval_limit,
             lead_pretrain_minutes=args.lead_pretrain_minutes,
             keep=args.keep,
+            target_vocab=args.target_vocab,
         )
     return 0
 

@@ -132,3 +132,44 @@ def test_tiny_summarize_run_with_lead_pretraining(fake_data_dir, tmp_path):
     assert len(metrics["history"]["epochs"]) == 2
     assert "selected" not in metrics["history"], "--keep last keeps the final weights, no dev selection"
     assert {"greedy", "beam4", "lead_baseline", "first_sentence_baseline"} <= set(metrics["test"])
+
+
+def test_weight_average_follows_the_weights_and_swaps_back():
+    import torch
+
+    from export.training import WeightAverage
+
+    model = torch.nn.Linear(3, 2)
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    average = WeightAverage(model, decay=0.5)
+    with torch.no_grad():
+        model.weight.add_(2.0)
+    average.update(model, step=1000)  # decay min(0.5, 1001/1010) = 0.5: halfway towards the new weights
+    torch.testing.assert_close(average.shadow["weight"], start["weight"] + 1.0)
+    trained = model.weight.detach().clone()
+    average.swap(model)
+    torch.testing.assert_close(model.weight, start["weight"] + 1.0)
+    average.swap(model)
+    torch.testing.assert_close(model.weight, trained)
+
+
+def test_tiny_translate_run_keeps_the_averaged_weights(fake_data_dir, tmp_path):
+    import pytest
+    import torch
+
+    from export import seq2seq
+
+    out, state = tmp_path / "ck", tmp_path / "st.pt"
+    argv = ["translate", "--data-dir", str(fake_data_dir), "--out", str(out), "--state", str(state)]
+    argv += ["--epochs", "12", "--minutes", "1", "--eval-limit", "4", "--keep", "last", "--ema", "0.9", "--lr", "0.05"]
+    argv += ["--d-model", "32", "--layers", "1", "--decoder-layers", "1", "--heads", "2", "--d-ff", "64"]
+    assert train_main([*argv, "--target-vocab", "120"]) == 0
+    model, config, _, target = seq2seq.load(out)
+    assert config["model"]["tgt_vocab_size"] == target.get_vocab_size() <= 120
+    saved = torch.load(state, weights_only=False)
+    name = "decoder.embed.weight"
+    # the checkpoint holds the average (rounded to the stored precision), the state file also the raw weights
+    kept, average, raw = model.state_dict()[name], saved["ema"][name], saved["model"][name]
+    assert (kept - average).abs().max() < 1e-3 < (kept - raw).abs().max()
+    with pytest.raises(SystemExit):
+        train_main(["summarize", "--target-vocab", "100"])

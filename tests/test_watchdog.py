@@ -9,11 +9,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from serving.watchdog import STUB_BINARY, StubWatchdog, find_stubs
+from serving.watchdog import STUB_BINARY, StubWatchdog, command_line, find_stubs
 
 
 def start_fake_stub(repository: Path, model: str) -> subprocess.Popen:
@@ -21,7 +22,11 @@ def start_fake_stub(repository: Path, model: str) -> subprocess.Popen:
     script = repository / model / "1" / "model.py"
     script.parent.mkdir(parents=True, exist_ok=True)
     script.write_text("while :; do sleep 1; done\n")
-    return subprocess.Popen([f"/opt/tritonserver/backends/python/{STUB_BINARY}", str(script)], executable="/bin/sh")
+    process = subprocess.Popen([f"/opt/tritonserver/backends/python/{STUB_BINARY}", str(script)], executable="/bin/sh")
+    deadline = time.monotonic() + 10
+    while len(command_line(process.pid)) < 2 and time.monotonic() < deadline:  # argv appears once exec is done
+        time.sleep(0.01)
+    return process
 
 
 class ScriptedWatchdog(StubWatchdog):
