@@ -55,7 +55,10 @@ def build_seq2seq(task: str) -> Callable[[Path, Path], list[Path]]:
 
         model, config, _, _ = seq2seq.load(checkpoint)
         onnx_path = export_generator(
-            model, repository / ONNX_MODEL[task] / "1" / "model.onnx", max_len=config["max_new_tokens_limit"] + 1
+            model,
+            repository / ONNX_MODEL[task] / "1" / "model.onnx",
+            max_len=config["max_new_tokens_limit"] + 1,
+            length_penalty=config.get("length_penalty", 1.0),
         )
         assets = ["tokenizer.json", "target_tokenizer.json", "config.json"]
         return [onnx_path, *copy_assets(checkpoint, repository / task / "1", assets)]

@@ -22,7 +22,15 @@ from export.seq2seq_export import export_generator, generate_onnx
 from export.training import length_batches, pad_batch
 
 
-def agreement(model, session, sources: list[list[int]], max_new_tokens: int, num_beams: int, batch_size: int = 32):
+def agreement(
+    model,
+    session,
+    sources: list[list[int]],
+    max_new_tokens: int,
+    num_beams: int,
+    batch_size: int = 32,
+    length_penalty: float = 1.0,
+):
     """Fraction of rows where ONNX and PyTorch produce identical token sequences, plus timings."""
     same, seconds = 0, {"onnx": 0.0, "torch": 0.0}
     mismatches = []
@@ -35,7 +43,7 @@ def agreement(model, session, sources: list[list[int]], max_new_tokens: int, num
         if num_beams == 1:
             want = greedy(model, ids, mask, max_new_tokens)
         else:
-            want = beam_search(model, ids, mask, max_new_tokens, num_beams)
+            want = beam_search(model, ids, mask, max_new_tokens, num_beams, length_penalty)
         seconds["onnx"] += t1 - t0
         seconds["torch"] += time.perf_counter() - t1
         for i, a, b in zip(batch, got, want, strict=True):
@@ -64,8 +72,14 @@ def main(argv: list[str] | None = None) -> int:
     _, test_pairs = task.reader(args.data_dir)
     test_pairs = test_pairs[: args.limit] if args.limit else test_pairs
     sources = [s for s, _ in seq2seq.encode_pairs(test_pairs, src_tok, tgt_tok, task)]
+    length_penalty = config.get("length_penalty", 1.0)
     with tempfile.TemporaryDirectory() as tmp:
-        path = export_generator(model, Path(tmp) / "generator.onnx", max_len=config["max_new_tokens_limit"] + 1)
+        path = export_generator(
+            model,
+            Path(tmp) / "generator.onnx",
+            max_len=config["max_new_tokens_limit"] + 1,
+            length_penalty=length_penalty,
+        )
         options = ort.SessionOptions()
         session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         report = {
@@ -73,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
             "onnxruntime": ort.__version__,
             "max_new_tokens": task.max_target_tokens,
             "greedy": agreement(model, session, sources, task.max_target_tokens, 1),
-            "beam4": agreement(model, session, sources, task.max_target_tokens, 4),
+            "length_penalty": length_penalty,
+            "beam4": agreement(model, session, sources, task.max_target_tokens, 4, length_penalty=length_penalty),
         }
     write_json(folder / "parity.json", report)
     print({k: v["agreement"] for k, v in report.items() if isinstance(v, dict)})

@@ -86,6 +86,7 @@ def generate_texts(
     num_beams: int,
     desc: str = "generate",
     batch_size: int = 64,
+    length_penalty: float = 1.0,
 ) -> list[str]:
     """Decode source ids with the PyTorch reference (greedy or beam), batched by length."""
     from export.generation import beam_search, greedy
@@ -98,7 +99,7 @@ def generate_texts(
         if num_beams == 1:
             seqs = greedy(model, ids, mask, max_new_tokens)
         else:
-            seqs = beam_search(model, ids, mask, max_new_tokens, num_beams)
+            seqs = beam_search(model, ids, mask, max_new_tokens, num_beams, length_penalty)
         for i, seq in zip(batch, seqs, strict=True):
             out[i] = detokenize(tgt_tokenizer, seq)
     return out
@@ -117,6 +118,7 @@ def run(
     lead_pretrain_minutes: float = 0.0,
     keep: str = "best",
     target_vocab: int | None = None,
+    length_penalty: float = 1.0,
 ) -> dict:
     """Train and evaluate; write the checkpoint folder; return the metrics.
 
@@ -128,6 +130,10 @@ def run(
     keep="best" keeps the epoch with the lowest dev loss, keep="last" the final weights: with the
     learning rate annealed to 5%, the last weights can translate better although the loss of the
     dev references has crept up (an overconfident but more accurate model).
+
+    length_penalty is the beam search's (scores are sum log p / length ** length_penalty; above 1
+    favours longer outputs). It is evaluated here and stored in config.json, from where the exported
+    generator takes it. Rerunning a finished run with another value only re-evaluates.
     """
     task = TASKS[task_name]
     if target_vocab:
@@ -198,9 +204,11 @@ def run(
     round_to_stored_precision(model)
 
     dev_scores = {}
-    if dev_ex:
-        hyps = generate_texts(model, [e[0] for e in dev_ex], tgt_tok, task.max_target_tokens, 1, desc="dev greedy")
-        dev_scores["greedy"] = task.score(hyps, [p.target for p in dev_pairs])
+    for label, beams in (("greedy", 1), ("beam4", 4)) if dev_ex else ():
+        hyps = generate_texts(
+            model, [e[0] for e in dev_ex], tgt_tok, task.max_target_tokens, beams, f"dev {label}", 64, length_penalty
+        )
+        dev_scores[label] = task.score(hyps, [p.target for p in dev_pairs])
 
     sources = [e[0] for e in test_ex]
     references = [p.target for p in test_pairs]
@@ -208,7 +216,9 @@ def run(
     samples: dict[str, list] = {}
     for label, beams in (("greedy", 1), ("beam4", 4)):
         t0 = time.monotonic()
-        hyps = generate_texts(model, sources, tgt_tok, task.max_target_tokens, beams, desc=f"test {label}")
+        hyps = generate_texts(
+            model, sources, tgt_tok, task.max_target_tokens, beams, f"test {label}", 64, length_penalty
+        )
         scores[label] = {**task.score(hyps, references), "seconds": round(time.monotonic() - t0, 1)}
         samples[label] = [
             {"source": p.source, "reference": p.target, "output": h} for p, h in zip(test_pairs[:8], hyps[:8])
@@ -238,6 +248,7 @@ def run(
         "max_new_tokens": task.default_new_tokens,
         "max_new_tokens_limit": task.max_target_tokens * 2,
         "shared_vocab": task.shared_vocab,
+        "length_penalty": length_penalty,
     }
     save_checkpoint(out_dir, model, config, metrics)
     src_tok.save(str(Path(out_dir) / SOURCE_TOKENIZER))

@@ -93,6 +93,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="summarize: a pointer-generator decoder that can copy source tokens into the summary",
     )
     p.add_argument(
+        "--length-penalty",
+        type=float,
+        default=1.0,
+        help="translate/summarize: beam-search length penalty (score = log p / length ** L; L > 1 favours longer "
+        "outputs), evaluated and exported with the model",
+    )
+    p.add_argument(
         "--ema",
         type=float,
         default=0.0,
@@ -179,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
             lead_pretrain_minutes=args.lead_pretrain_minutes,
             keep=args.keep,
             target_vocab=args.target_vocab,
+            length_penalty=args.length_penalty,
         )
     return 0
 

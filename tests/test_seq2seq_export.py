@@ -230,3 +230,16 @@ def test_copying_generator_equals_pytorch(copying, model, sources, ngc_ort):
         return sum(out == src for out, src in zip(greedy(m, ids[:12], mask[:12], 16), m.seen[:12], strict=True))
 
     assert whole(copier) > whole(model)
+
+
+def test_length_penalty_is_exported_and_matches_the_reference(model, sources, tmp_path):
+    path = export_generator(model, tmp_path / "generator.onnx", max_len=MAX_LEN, length_penalty=2.0)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert session.get_modelmeta().custom_metadata_map["length_penalty"] == "2.0"
+    ids, mask = sources
+    got = generate_onnx(session, ids.numpy(), mask.numpy(), 16, 4)
+    want = beam_search(model, ids, mask, 16, 4, length_penalty=2.0)
+    assert sum(g == w for g, w in zip(got, want, strict=True)) >= 0.95 * len(want)
+    # longer outputs win more often than with the default penalty of 1
+    default = beam_search(model, ids, mask, 16, 4)
+    assert sum(map(len, want)) >= sum(map(len, default))

@@ -163,9 +163,10 @@ def test_tiny_translate_run_keeps_the_averaged_weights(fake_data_dir, tmp_path):
     argv = ["translate", "--data-dir", str(fake_data_dir), "--out", str(out), "--state", str(state)]
     argv += ["--epochs", "12", "--minutes", "1", "--eval-limit", "4", "--keep", "last", "--ema", "0.9", "--lr", "0.05"]
     argv += ["--d-model", "32", "--layers", "1", "--decoder-layers", "1", "--heads", "2", "--d-ff", "64"]
-    assert train_main([*argv, "--target-vocab", "120"]) == 0
+    assert train_main([*argv, "--target-vocab", "120", "--length-penalty", "1.5"]) == 0
     model, config, _, target = seq2seq.load(out)
     assert config["model"]["tgt_vocab_size"] == target.get_vocab_size() <= 120
+    assert config["length_penalty"] == 1.5  # what build_repository exports the generator with
     saved = torch.load(state, weights_only=False)
     name = "decoder.embed.weight"
     # the checkpoint holds the average (rounded to the stored precision), the state file also the raw weights
