@@ -205,8 +205,9 @@ def run(
 
     dev_scores = {}
     for label, beams in (("greedy", 1), ("beam4", 4)) if dev_ex else ():
+        sources = [e[0] for e in dev_ex]
         hyps = generate_texts(
-            model, [e[0] for e in dev_ex], tgt_tok, task.max_target_tokens, beams, f"dev {label}", 64, length_penalty
+            model, sources, tgt_tok, task.max_target_tokens, beams, f"dev {label}", length_penalty=length_penalty
         )
         dev_scores[label] = task.score(hyps, [p.target for p in dev_pairs])
 
@@ -217,7 +218,7 @@ def run(
     for label, beams in (("greedy", 1), ("beam4", 4)):
         t0 = time.monotonic()
         hyps = generate_texts(
-            model, sources, tgt_tok, task.max_target_tokens, beams, f"test {label}", 64, length_penalty
+            model, sources, tgt_tok, task.max_target_tokens, beams, f"test {label}", length_penalty=length_penalty
         )
         scores[label] = {**task.score(hyps, references), "seconds": round(time.monotonic() - t0, 1)}
         samples[label] = [
