@@ -16,6 +16,7 @@ import json
 import shutil
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,6 +52,7 @@ def build_sentiment(checkpoint: Path, repository: Path) -> list[Path]:
 def build_seq2seq(task: str) -> Callable[[Path, Path], list[Path]]:
     def builder(checkpoint: Path, repository: Path) -> list[Path]:
         from export import seq2seq
+        from export.generation import Decoding
         from export.seq2seq_export import export_generator
 
         model, config, _, _ = seq2seq.load(checkpoint)
@@ -58,7 +60,7 @@ def build_seq2seq(task: str) -> Callable[[Path, Path], list[Path]]:
             model,
             repository / ONNX_MODEL[task] / "1" / "model.onnx",
             max_len=config["max_new_tokens_limit"] + 1,
-            length_penalty=config.get("length_penalty", 1.0),
+            **asdict(Decoding.from_config(config)),
         )
         assets = ["tokenizer.json", "target_tokenizer.json", "config.json"]
         return [onnx_path, *copy_assets(checkpoint, repository / task / "1", assets)]

@@ -18,6 +18,10 @@ ONNX Runtime's `com.microsoft.BeamSearch` (model_type=1, CPU) step by step rathe
 - The best hypothesis is returned without bos and eos.
 
 Greedy is the same procedure with one beam and early stopping, i.e. argmax until eos.
+
+With no_repeat_ngram_size = n > 0, both follow ORT's NoRepeatNGramLogitsProcessor: after the
+log_softmax and before the beam score is added, every token that would complete an n-gram already
+in that row's sequence (bos included) gets the lowest float.
 """
 
 from __future__ import annotations
@@ -34,8 +38,56 @@ from export.model import KVCache, Seq2Seq
 INITIAL_BEAM_SCORE = -1e9  # beams 1..k-1 at the first step (ORT: InitBeamState)
 
 
+@dataclass(frozen=True)
+class Decoding:
+    """The decoding settings a checkpoint fixes (config.json), the generator bakes in, and the
+    reference applies: the beam length penalty and ORT's no_repeat_ngram_size (0 = off)."""
+
+    length_penalty: float = 1.0
+    no_repeat_ngram_size: int = 0
+
+    @classmethod
+    def from_config(cls, config: dict) -> Decoding:
+        return cls(config.get("length_penalty", 1.0), config.get("no_repeat_ngram_size", 0))
+
+    def generate(self, model: Seq2Seq, src_ids: Tensor, src_mask: Tensor, max_new_tokens: int, num_beams: int):
+        """Greedy (num_beams = 1) or beam search with these settings."""
+        if num_beams == 1:
+            return greedy(model, src_ids, src_mask, max_new_tokens, self.no_repeat_ngram_size)
+        return beam_search(
+            model,
+            src_ids,
+            src_mask,
+            max_new_tokens,
+            num_beams,
+            self.length_penalty,
+            no_repeat_ngram_size=self.no_repeat_ngram_size,
+        )
+
+
+DEFAULT_DECODING = Decoding()
+
+
+def block_repeated_ngrams(scores: Tensor, sequences: list[list[int]], n: int) -> Tensor:
+    """In place on scores [rows, V]: the tokens that would repeat an n-gram of their row's sequence
+    get the lowest float (n = 0: nothing is blocked)."""
+    if n <= 0:
+        return scores
+    lowest = torch.finfo(scores.dtype).min
+    for row, seq in enumerate(sequences):
+        if len(seq) < n:
+            continue
+        prefix = seq[len(seq) - n + 1 :]
+        banned = {seq[j + n - 1] for j in range(len(seq) - n + 1) if seq[j : j + n - 1] == prefix}
+        if banned:
+            scores[row, sorted(banned)] = lowest
+    return scores
+
+
 @torch.no_grad()
-def greedy(model: Seq2Seq, src_ids: Tensor, src_mask: Tensor, max_new_tokens: int) -> list[list[int]]:
+def greedy(
+    model: Seq2Seq, src_ids: Tensor, src_mask: Tensor, max_new_tokens: int, no_repeat_ngram_size: int = 0
+) -> list[list[int]]:
     """Argmax decoding: src_ids/src_mask [B, S] → B token lists (no bos, no eos), batched with a KV cache.
 
     Finished rows leave the batch, so a long straggler does not make the others pay.
@@ -49,7 +101,14 @@ def greedy(model: Seq2Seq, src_ids: Tensor, src_mask: Tensor, max_new_tokens: in
     tokens = torch.full((len(alive), 1), cfg.bos_id, dtype=torch.long)
     cache = KVCache()
     for _ in range(max_new_tokens):
-        next_tokens = model.decode(tokens, memory, mask, cache, src_ids)[:, -1].argmax(-1).tolist()  # [A]
+        logits = model.decode(tokens, memory, mask, cache, src_ids)[:, -1].float()  # [A, V]
+        if no_repeat_ngram_size:
+            scores = block_repeated_ngrams(
+                F.log_softmax(logits, dim=-1), [[cfg.bos_id, *out[b]] for b in alive], no_repeat_ngram_size
+            )
+        else:
+            scores = logits
+        next_tokens = scores.argmax(-1).tolist()  # [A]
         keep = []
         for row, (b, token) in enumerate(zip(alive, next_tokens, strict=True)):
             if token != cfg.eos_id:
@@ -100,6 +159,7 @@ def beam_search(
     num_beams: int,
     length_penalty: float = 1.0,
     early_stopping: bool = True,
+    no_repeat_ngram_size: int = 0,
 ) -> list[list[int]]:
     """Beam search as ORT's BeamSearch op does it (see the module docstring): B token lists, no bos/eos.
 
@@ -123,7 +183,10 @@ def beam_search(
     src_ids = src_ids[rows]  # used once, when the cache projects the memory
     for _ in range(max_new_tokens):
         logits = model.decode(sequences[:, -1:], memory, mask, cache, src_ids)[:, -1].float()  # [rows, V]
-        scores = F.log_softmax(logits, dim=-1) + beam_scores[:, None]
+        log_probs = F.log_softmax(logits, dim=-1)
+        if no_repeat_ngram_size:
+            block_repeated_ngrams(log_probs, sequences.tolist(), no_repeat_ngram_size)
+        scores = log_probs + beam_scores[:, None]
         top_scores, top_index = scores.view(len(alive), k * vocab).topk(2 * k, dim=1)  # [A, 2k], sorted
         flat_scores, top_index = top_scores.flatten().tolist(), top_index.tolist()
         cur_len = sequences.shape[1]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import onnxruntime as ort
@@ -17,7 +18,7 @@ from tqdm import tqdm
 from export import seq2seq
 from export.checkpoint import write_json
 from export.data import DEFAULT_DATA_DIR
-from export.generation import beam_search, greedy
+from export.generation import DEFAULT_DECODING, Decoding
 from export.seq2seq_export import export_generator, generate_onnx
 from export.training import length_batches, pad_batch
 
@@ -29,7 +30,7 @@ def agreement(
     max_new_tokens: int,
     num_beams: int,
     batch_size: int = 32,
-    length_penalty: float = 1.0,
+    decoding: Decoding = DEFAULT_DECODING,
 ):
     """Fraction of rows where ONNX and PyTorch produce identical token sequences, plus timings."""
     same, seconds = 0, {"onnx": 0.0, "torch": 0.0}
@@ -40,10 +41,7 @@ def agreement(
         t0 = time.perf_counter()
         got = generate_onnx(session, ids.numpy(), mask.numpy(), max_new_tokens, num_beams, model.cfg)
         t1 = time.perf_counter()
-        if num_beams == 1:
-            want = greedy(model, ids, mask, max_new_tokens)
-        else:
-            want = beam_search(model, ids, mask, max_new_tokens, num_beams, length_penalty)
+        want = decoding.generate(model, ids, mask, max_new_tokens, num_beams)
         seconds["onnx"] += t1 - t0
         seconds["torch"] += time.perf_counter() - t1
         for i, a, b in zip(batch, got, want, strict=True):
@@ -72,13 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     _, test_pairs = task.reader(args.data_dir)
     test_pairs = test_pairs[: args.limit] if args.limit else test_pairs
     sources = [s for s, _ in seq2seq.encode_pairs(test_pairs, src_tok, tgt_tok, task)]
-    length_penalty = config.get("length_penalty", 1.0)
+    decoding = Decoding.from_config(config)
     with tempfile.TemporaryDirectory() as tmp:
         path = export_generator(
-            model,
-            Path(tmp) / "generator.onnx",
-            max_len=config["max_new_tokens_limit"] + 1,
-            length_penalty=length_penalty,
+            model, Path(tmp) / "generator.onnx", max_len=config["max_new_tokens_limit"] + 1, **asdict(decoding)
         )
         options = ort.SessionOptions()
         session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
@@ -86,9 +81,9 @@ def main(argv: list[str] | None = None) -> int:
             "task": args.task,
             "onnxruntime": ort.__version__,
             "max_new_tokens": task.max_target_tokens,
-            "greedy": agreement(model, session, sources, task.max_target_tokens, 1),
-            "length_penalty": length_penalty,
-            "beam4": agreement(model, session, sources, task.max_target_tokens, 4, length_penalty=length_penalty),
+            **asdict(decoding),
+            "greedy": agreement(model, session, sources, task.max_target_tokens, 1, decoding=decoding),
+            "beam4": agreement(model, session, sources, task.max_target_tokens, 4, decoding=decoding),
         }
     write_json(folder / "parity.json", report)
     print({k: v["agreement"] for k, v in report.items() if isinstance(v, dict)})

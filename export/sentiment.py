@@ -14,7 +14,7 @@ from export.checkpoint import CONFIG_FILE, load_weights, read_json, round_to_sto
 from export.data import LabelledText, negation_examples, read_sentiment, seeded_split
 from export.model import MaskedLanguageModel, ModelConfig, SentimentClassifier
 from export.tokenizer import UNK_ID, load_tokenizer, train_or_resume, train_tokenizer
-from export.training import TrainConfig, length_batches, pad_batch, train
+from export.training import TrainConfig, drop_tokens, length_batches, pad_batch, train
 
 LABELS = ["negative", "positive"]  # index = class id
 # Sentences the integration tests check; never part of the synthetic training templates.
@@ -34,13 +34,6 @@ def mask_tokens(
     random_ids = torch.randint(4, vocab_size, x.shape)
     swap = chosen & (roll >= 0.8) & (roll < 0.9)
     return torch.where(swap, random_ids, inputs), targets
-
-
-def drop_tokens(x: torch.Tensor, mask: torch.Tensor, rate: float) -> torch.Tensor:
-    """Replace a fraction of real tokens by [UNK]: a cheap regularizer for small data."""
-    if rate <= 0:
-        return x
-    return x.masked_fill((torch.rand(x.shape) < rate) & (mask == 1), UNK_ID)
 
 
 def encode(tokenizer, texts: list[str], max_tokens: int) -> list[list[int]]:

@@ -20,10 +20,11 @@ from tqdm import tqdm
 
 from export.checkpoint import CONFIG_FILE, load_weights, read_json, round_to_stored_precision, save_checkpoint
 from export.data import Pair, read_summarization, read_translation, seeded_split
+from export.generation import DEFAULT_DECODING, Decoding
 from export.metrics import bleu_chrf, lead_baseline, rouge_chars
 from export.model import ModelConfig, Seq2Seq
 from export.tokenizer import BOS_ID, EOS_ID, detokenize, load_tokenizer, train_or_resume, train_tokenizer
-from export.training import TrainConfig, length_batches, pad_batch, train
+from export.training import TrainConfig, drop_tokens, length_batches, pad_batch, train
 
 SOURCE_TOKENIZER, TARGET_TOKENIZER = "tokenizer.json", "target_tokenizer.json"
 
@@ -40,11 +41,16 @@ class Seq2SeqTask:
     max_target_tokens: int
     default_new_tokens: int  # served default for MAX_NEW_TOKENS
     score: Callable[[list[str], list[str]], dict[str, float]]
+    headline: str  # the score's key that --keep score selects by
 
 
 TASKS = {
-    "translate": Seq2SeqTask("translate", read_translation, False, False, 4000, 6000, 64, 48, 48, bleu_chrf),
-    "summarize": Seq2SeqTask("summarize", read_summarization, True, True, 6000, 6000, 160, 40, 32, rouge_chars),
+    "translate": Seq2SeqTask(
+        "translate", read_translation, False, False, 4000, 6000, 64, 48, 48, score=bleu_chrf, headline="chrf"
+    ),
+    "summarize": Seq2SeqTask(
+        "summarize", read_summarization, True, True, 6000, 6000, 160, 40, 32, score=rouge_chars, headline="rougeL"
+    ),
 }
 
 
@@ -67,10 +73,20 @@ def encode_pairs(pairs: list[Pair], src: Tokenizer, tgt: Tokenizer, task: Seq2Se
     ]
 
 
-def seq2seq_loss(model: nn.Module, examples: list[tuple[list, list]], smoothing: float = 0.1) -> torch.Tensor:
-    """Teacher forcing: decoder input [bos] + y, labels y + [eos]; padding ignored."""
+def seq2seq_loss(
+    model: nn.Module, examples: list[tuple[list, list]], smoothing: float = 0.1, token_dropout: float = 0.0
+) -> torch.Tensor:
+    """Teacher forcing: decoder input [bos] + y, labels y + [eos]; padding ignored.
+
+    token_dropout > 0 replaces that share of the source tokens and of the decoder's input tokens
+    (never [bos]) by [UNK]; the labels stay intact.
+    """
     src, src_mask = pad_batch([e[0] for e in examples])
-    tgt_in, _ = pad_batch([[BOS_ID] + e[1] for e in examples])
+    tgt_in, tgt_mask = pad_batch([[BOS_ID] + e[1] for e in examples])
+    if token_dropout > 0:
+        src = drop_tokens(src, src_mask, token_dropout)
+        tgt_mask[:, 0] = 0
+        tgt_in = drop_tokens(tgt_in, tgt_mask, token_dropout)
     labels, label_mask = pad_batch([e[1] + [EOS_ID] for e in examples])
     labels = labels.masked_fill(label_mask == 0, -100)
     logits = model(src, src_mask, tgt_in)  # [B, T, V]
@@ -86,20 +102,15 @@ def generate_texts(
     num_beams: int,
     desc: str = "generate",
     batch_size: int = 64,
-    length_penalty: float = 1.0,
+    decoding: Decoding = DEFAULT_DECODING,
 ) -> list[str]:
     """Decode source ids with the PyTorch reference (greedy or beam), batched by length."""
-    from export.generation import beam_search, greedy
-
     model.eval()
     out: list[str] = [""] * len(sources)
     batches = length_batches([len(s) for s in sources], 1 << 30, batch_size, None)
     for batch in tqdm(batches, desc=desc, unit="batch", dynamic_ncols=True):
         ids, mask = pad_batch([sources[i] for i in batch])
-        if num_beams == 1:
-            seqs = greedy(model, ids, mask, max_new_tokens)
-        else:
-            seqs = beam_search(model, ids, mask, max_new_tokens, num_beams, length_penalty)
+        seqs = decoding.generate(model, ids, mask, max_new_tokens, num_beams)
         for i, seq in zip(batch, seqs, strict=True):
             out[i] = detokenize(tgt_tokenizer, seq)
     return out
@@ -118,7 +129,8 @@ def run(
     lead_pretrain_minutes: float = 0.0,
     keep: str = "best",
     target_vocab: int | None = None,
-    length_penalty: float = 1.0,
+    decoding: Decoding = DEFAULT_DECODING,
+    token_dropout: float = 0.0,
 ) -> dict:
     """Train and evaluate; write the checkpoint folder; return the metrics.
 
@@ -127,13 +139,17 @@ def run(
     far easier to learn than a headline, and it teaches the decoder to attend to the source before
     the real summaries take over. Part of the time budget; skipped when resuming.
 
-    keep="best" keeps the epoch with the lowest dev loss, keep="last" the final weights: with the
+    keep="best" keeps the epoch with the lowest dev loss, keep="score" the one whose greedy dev
+    outputs score best (chrF or ROUGE-L), keep="last" the final weights: with the
     learning rate annealed to 5%, the last weights can translate better although the loss of the
     dev references has crept up (an overconfident but more accurate model).
 
-    length_penalty is the beam search's (scores are sum log p / length ** length_penalty; above 1
-    favours longer outputs). It is evaluated here and stored in config.json, from where the exported
-    generator takes it. Rerunning a finished run with another value only re-evaluates.
+    token_dropout is word dropout on both sides of the training pairs (see seq2seq_loss).
+
+    decoding holds the beam length penalty (scores are sum log p / length ** length_penalty; above 1
+    favours longer outputs) and no_repeat_ngram_size (n > 0: no n-gram twice in one output). They are
+    evaluated here and stored in config.json, from where the exported generator takes them.
+    Rerunning a finished run with other values only re-evaluates.
     """
     task = TASKS[task_name]
     if target_vocab:
@@ -175,14 +191,20 @@ def run(
     print(f"model: {n_params / 1e6:.2f} M parameters, vocab {model_cfg.vocab_size} → {model_cfg.tgt_vocab_size}")
 
     def loss_fn(m: nn.Module, batch: list[int]) -> torch.Tensor:
-        return seq2seq_loss(m, [train_ex[i] for i in batch])
+        return seq2seq_loss(m, [train_ex[i] for i in batch], token_dropout=token_dropout)
 
     def evaluate(m: nn.Module) -> dict[str, float]:
         total, count = 0.0, 0
         for batch in length_batches([len(e[0]) for e in dev_ex], 8192, 128, None):
             total += seq2seq_loss(m, [dev_ex[i] for i in batch], smoothing=0.0).item() * len(batch)
             count += len(batch)
-        return {"neg_dev_loss": round(-total / max(1, count), 4)}
+        scores = {"neg_dev_loss": round(-total / max(1, count), 4)}
+        if keep == "score":
+            hyps = generate_texts(
+                m, [e[0] for e in dev_ex], tgt_tok, task.max_target_tokens, 1, "dev greedy", decoding=decoding
+            )
+            scores["dev_" + task.headline] = task.score(hyps, [p.target for p in dev_pairs])[task.headline]
+        return scores
 
     history_lead: dict = {}
     if lead_pretrain_minutes > 0 and not (state_path and Path(state_path).exists()):  # a resumed run is past it
@@ -199,16 +221,14 @@ def run(
     train_cfg = replace(train_cfg, max_minutes=train_cfg.max_minutes - lead_pretrain_minutes)
 
     lengths = [len(s) + len(t) for s, t in train_ex]
-    select = "neg_dev_loss" if keep == "best" else None
+    select = {"best": "neg_dev_loss", "score": "dev_" + task.headline}.get(keep)
     history = train(model, lengths, loss_fn, train_cfg, evaluate, select, state_path, desc=task.name)
     round_to_stored_precision(model)
 
     dev_scores = {}
     for label, beams in (("greedy", 1), ("beam4", 4)) if dev_ex else ():
         sources = [e[0] for e in dev_ex]
-        hyps = generate_texts(
-            model, sources, tgt_tok, task.max_target_tokens, beams, f"dev {label}", length_penalty=length_penalty
-        )
+        hyps = generate_texts(model, sources, tgt_tok, task.max_target_tokens, beams, f"dev {label}", decoding=decoding)
         dev_scores[label] = task.score(hyps, [p.target for p in dev_pairs])
 
     sources = [e[0] for e in test_ex]
@@ -218,7 +238,7 @@ def run(
     for label, beams in (("greedy", 1), ("beam4", 4)):
         t0 = time.monotonic()
         hyps = generate_texts(
-            model, sources, tgt_tok, task.max_target_tokens, beams, f"test {label}", length_penalty=length_penalty
+            model, sources, tgt_tok, task.max_target_tokens, beams, f"test {label}", decoding=decoding
         )
         scores[label] = {**task.score(hyps, references), "seconds": round(time.monotonic() - t0, 1)}
         samples[label] = [
@@ -249,7 +269,8 @@ def run(
         "max_new_tokens": task.default_new_tokens,
         "max_new_tokens_limit": task.max_target_tokens * 2,
         "shared_vocab": task.shared_vocab,
-        "length_penalty": length_penalty,
+        "length_penalty": decoding.length_penalty,
+        "no_repeat_ngram_size": decoding.no_repeat_ngram_size,
     }
     save_checkpoint(out_dir, model, config, metrics)
     src_tok.save(str(Path(out_dir) / SOURCE_TOKENIZER))

@@ -26,7 +26,7 @@ max_length and num_beams are shape-[1] tensors that apply to the whole batch, so
 not batchable by Triton (config: max_batch_size 0); the front model batches and calls it once.
 Fixed at export time (attributes or constants inside the graph): num_return_sequences = 1,
 min_length = 0, length_penalty (default 1.0), repetition_penalty (default 1.0), early_stopping
-(default on), no_repeat_ngram_size = 0, eos/pad/decoder-start ids from the model config.
+(default on), no_repeat_ngram_size (default 0 = off), eos/pad/decoder-start ids from the model config.
 
 Subgraph contract (ORT's T5 "old format", the one both 1.19 and current ORT accept)
 ---------------------------------------------------------------------------------
@@ -208,6 +208,7 @@ def build_generator(
     length_penalty: float = 1.0,
     repetition_penalty: float = 1.0,
     early_stopping: bool = True,
+    no_repeat_ngram_size: int = 0,
 ) -> onnx.ModelProto:
     """The generator ModelProto (see the module docstring for its I/O)."""
     cfg = model.cfg
@@ -254,7 +255,7 @@ def build_generator(
         eos_token_id=cfg.eos_id,
         pad_token_id=cfg.pad_id,
         decoder_start_token_id=cfg.bos_id,
-        no_repeat_ngram_size=0,
+        no_repeat_ngram_size=no_repeat_ngram_size,
         early_stopping=int(early_stopping),
         vocab_size=cfg.target_vocab_size,
         encoder=encoder,
@@ -277,6 +278,7 @@ def build_generator(
     generator.ir_version = encoder_proto.ir_version  # 10: ONNX 1.16, which ORT 1.19 reads
     settings = {"bos_id": cfg.bos_id, "eos_id": cfg.eos_id, "pad_id": cfg.pad_id, "max_len": max_len}
     settings |= {"length_penalty": length_penalty, "early_stopping": int(early_stopping)}
+    settings |= {"no_repeat_ngram_size": no_repeat_ngram_size}
     helper.set_model_props(generator, {k: str(v) for k, v in settings.items()})  # readable by the front model
     return generator
 
@@ -289,6 +291,7 @@ def export_generator(
     length_penalty: float = 1.0,
     repetition_penalty: float = 1.0,
     early_stopping: bool = True,
+    no_repeat_ngram_size: int = 0,
 ) -> Path:
     """Write the one-graph generator (BeamSearch over encoder/decoder subgraphs) to out_path.
 
@@ -300,6 +303,7 @@ def export_generator(
         length_penalty=length_penalty,
         repetition_penalty=repetition_penalty,
         early_stopping=early_stopping,
+        no_repeat_ngram_size=no_repeat_ngram_size,
     )
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)

@@ -57,7 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         help="sentiment: first pre-train the encoder with masked tokens on the training texts (part of --minutes)",
     )
-    p.add_argument("--token-dropout", type=float, default=0.0, help="sentiment: share of tokens replaced by [UNK]")
+    p.add_argument(
+        "--token-dropout",
+        type=float,
+        default=0.0,
+        help="share of training tokens replaced by [UNK] (word dropout); seq2seq: source and decoder input",
+    )
     p.add_argument(
         "--negation-templates",
         action="store_true",
@@ -78,9 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--keep",
-        choices=["best", "last"],
+        choices=["best", "score", "last"],
         default="best",
-        help="translate/summarize: the weights of the epoch with the lowest dev loss, or the last weights",
+        help="translate/summarize: the weights of the epoch with the lowest dev loss, of the epoch with the best "
+        "dev score of greedy outputs (chrF / ROUGE-L, decoded after every epoch), or the last weights",
     )
     p.add_argument(
         "--target-vocab",
@@ -98,6 +104,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=1.0,
         help="translate/summarize: beam-search length penalty (score = log p / length ** L; L > 1 favours longer "
         "outputs), evaluated and exported with the model",
+    )
+    p.add_argument(
+        "--no-repeat-ngram",
+        type=int,
+        default=0,
+        help="translate/summarize: greedy and beam outputs never repeat an n-gram of this many tokens "
+        "(0 = off), evaluated and exported with the model",
     )
     p.add_argument(
         "--ema",
@@ -172,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     else:
         from export import seq2seq
+        from export.generation import Decoding
 
         seq2seq.run(
             args.task,
@@ -186,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
             lead_pretrain_minutes=args.lead_pretrain_minutes,
             keep=args.keep,
             target_vocab=args.target_vocab,
-            length_penalty=args.length_penalty,
+            decoding=Decoding(args.length_penalty, args.no_repeat_ngram),
+            token_dropout=args.token_dropout,
         )
     return 0
 

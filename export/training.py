@@ -18,6 +18,8 @@ import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
+from export.tokenizer import UNK_ID
+
 
 @dataclass
 class TrainConfig:
@@ -64,6 +66,14 @@ def length_batches(
     if rng is not None:
         rng.shuffle(batches)
     return batches
+
+
+def drop_tokens(x: Tensor, mask: Tensor, rate: float) -> Tensor:
+    """Replace a fraction of real tokens (mask == 1) by [UNK]: word dropout, a cheap regularizer
+    for small data (Sennrich & Zhang 2019, "Revisiting Low-Resource Neural Machine Translation")."""
+    if rate <= 0:
+        return x
+    return x.masked_fill((torch.rand(x.shape) < rate) & (mask == 1), UNK_ID)
 
 
 def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int = 0, multiple: int = 8) -> tuple[Tensor, Tensor]:

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from export.generation import beam_search, greedy
+from export.generation import Decoding, beam_search, block_repeated_ngrams, greedy
 from export.model import KVCache, ModelConfig, Seq2Seq
 from export.seq2seq_export import (
     DecoderStep,
@@ -243,3 +243,32 @@ def test_length_penalty_is_exported_and_matches_the_reference(model, sources, tm
     # longer outputs win more often than with the default penalty of 1
     default = beam_search(model, ids, mask, 16, 4)
     assert sum(map(len, want)) >= sum(map(len, default))
+
+
+def test_block_repeated_ngrams_follows_orts_processor():
+    scores = torch.zeros(3, 10)
+    sequences = [[2, 5, 6, 5], [2, 5, 6, 7], [2]]
+    block_repeated_ngrams(scores, sequences, 2)
+    lowest = torch.finfo(torch.float32).min
+    assert scores[0].tolist() == [0.0] * 6 + [lowest] + [0.0] * 3, "5 → 6 was seen: 6 may not follow 5 again"
+    assert (scores[1:] == 0).all(), "no repeat possible; a sequence shorter than n is left alone"
+    block_repeated_ngrams(scores, [[2, 5, 6, 5]], 1)
+    assert set((scores[0] == lowest).nonzero().flatten().tolist()) == {2, 5, 6}, "n = 1: no token twice (bos too)"
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_no_repeat_ngram_size_is_exported_and_matches_the_reference(model, sources, tmp_path, n):
+    path = export_generator(model, tmp_path / "generator.onnx", max_len=MAX_LEN, no_repeat_ngram_size=n)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert session.get_modelmeta().custom_metadata_map["no_repeat_ngram_size"] == str(n)
+    ids, mask = sources
+    decoding = Decoding(no_repeat_ngram_size=n)
+    for beams in (1, 4):
+        got = generate_onnx(session, ids.numpy(), mask.numpy(), 16, beams)
+        want = decoding.generate(model, ids, mask, 16, beams)
+        assert sum(g == w for g, w in zip(got, want, strict=True)) >= (1.0 if beams == 1 else 0.95) * len(want)
+        for out in want:
+            ngrams = [tuple(out[i : i + n]) for i in range(len(out) - n + 1)]
+            assert len(set(ngrams)) == len(ngrams), out
+    # the setting decides something here: without it some outputs repeat
+    assert Decoding().generate(model, ids, mask, 16, 1) != decoding.generate(model, ids, mask, 16, 1)

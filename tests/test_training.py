@@ -6,6 +6,7 @@ import random
 from export import build_repository, sentiment
 from export.data import LabelledText, dedupe_labelled, normalize_key, read_sentiment, seeded_split
 from export.onnx_export import count_ops
+from export.tokenizer import UNK_ID
 from export.train import main as train_main
 
 
@@ -105,6 +106,35 @@ def test_mask_tokens_only_touches_real_tokens():
     assert (targets[chosen] == x[chosen]).all()
 
 
+def test_word_dropout_spares_padding_and_the_start_token():
+    import torch
+
+    from export.seq2seq import seq2seq_loss
+    from export.training import drop_tokens
+
+    x = torch.randint(4, 50, (8, 32))
+    mask = torch.ones_like(x)
+    mask[:, 20:] = 0
+    dropped = drop_tokens(x, mask, 0.5)
+    assert (dropped[:, 20:] == x[:, 20:]).all()
+    assert 0.3 < (dropped[:, :20] == UNK_ID).float().mean() < 0.7
+    assert drop_tokens(x, mask, 0.0) is x
+
+    seen = []
+
+    class Spy(torch.nn.Module):
+        def forward(self, src, src_mask, tgt_in):
+            seen.append((src, tgt_in))
+            return torch.zeros(*tgt_in.shape, 50, requires_grad=True)
+
+    examples = [(list(range(4, 24)) + [3], list(range(4, 14)))] * 4
+    seq2seq_loss(Spy(), examples, token_dropout=0.5)
+    src, tgt_in = seen[0]
+    assert (tgt_in[:, 0] == 2).all(), "[bos] is never dropped"
+    assert (src[:, 21:] == 0).all() and (tgt_in[:, 11:] == 0).all(), "padding stays padding"
+    assert (src == UNK_ID).any() and (tgt_in == UNK_ID).any()
+
+
 def test_negation_templates_flip_the_polarity_word_and_skip_probes():
     from export.data import negation_examples
 
@@ -132,6 +162,21 @@ def test_tiny_summarize_run_with_lead_pretraining(fake_data_dir, tmp_path):
     assert len(metrics["history"]["epochs"]) == 2
     assert "selected" not in metrics["history"], "--keep last keeps the final weights, no dev selection"
     assert {"greedy", "beam4", "lead_baseline", "first_sentence_baseline"} <= set(metrics["test"])
+
+
+def test_tiny_summarize_run_selects_by_dev_rouge_with_copy_and_no_repeats(fake_data_dir, tmp_path):
+    out = tmp_path / "ck"
+    argv = ["summarize", "--data-dir", str(fake_data_dir), "--out", str(out), "--state", str(tmp_path / "st.pt")]
+    argv += ["--epochs", "3", "--minutes", "1", "--eval-limit", "4", "--copy", "--token-dropout", "0.1"]
+    argv += ["--d-model", "32", "--layers", "1", "--decoder-layers", "1", "--heads", "2", "--d-ff", "64"]
+    argv += ["--keep", "score", "--no-repeat-ngram", "2"]
+    assert train_main(argv) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    epochs = metrics["history"]["epochs"]
+    assert all("dev_rougeL" in e for e in epochs), "every epoch's greedy dev outputs were scored"
+    assert metrics["history"]["selected"] == {"dev_rougeL": max(e["dev_rougeL"] for e in epochs)}
+    config = json.loads((out / "config.json").read_text())
+    assert config["no_repeat_ngram_size"] == 2  # what build_repository exports the generator with
 
 
 def test_weight_average_follows_the_weights_and_swaps_back():
