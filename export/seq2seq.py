@@ -220,6 +220,8 @@ def run(
     # the planned share, not the measured one, so that a resumed run gets the same budget
     train_cfg = replace(train_cfg, max_minutes=train_cfg.max_minutes - lead_pretrain_minutes)
 
+    if keep == "score" and not dev_ex:
+        raise ValueError("keep='score' selects by the dev split's score, but the dev split is empty")
     lengths = [len(s) + len(t) for s, t in train_ex]
     select = {"best": "neg_dev_loss", "score": "dev_" + task.headline}.get(keep)
     history = train(model, lengths, loss_fn, train_cfg, evaluate, select, state_path, desc=task.name)

@@ -101,7 +101,7 @@ def fake_data_dir(tmp_path):
     lcsts = tmp_path / "summarization" / "clge_lcsts_csl"
     lcsts.mkdir(parents=True)
     news = "今天上午，市政府召开新闻发布会，介绍了今年城市交通建设的进展和下一步计划。"
-    for name, count in (("lcsts_train.tsv", 8), ("lcsts_val.tsv", 16)):
+    for name, count in (("lcsts_train.tsv", 40), ("lcsts_val.tsv", 16)):
         lines = [f"城市交通建设进展{i}\t{news}{name}{i}\n" for i in range(count)]  # summary<TAB>text
         (lcsts / name).write_text("".join(lines), encoding="utf-8")
     return tmp_path

@@ -174,6 +174,7 @@ def test_tiny_summarize_run_selects_by_dev_rouge_with_copy_and_no_repeats(fake_d
     metrics = json.loads((out / "metrics.json").read_text())
     epochs = metrics["history"]["epochs"]
     assert all("dev_rougeL" in e for e in epochs), "every epoch's greedy dev outputs were scored"
+    assert metrics["splits"]["dev"] > 0
     assert metrics["history"]["selected"] == {"dev_rougeL": max(e["dev_rougeL"] for e in epochs)}
     config = json.loads((out / "config.json").read_text())
     assert config["no_repeat_ngram_size"] == 2  # what build_repository exports the generator with
