@@ -26,7 +26,7 @@ in that row's sequence (bos included) gets the lowest float.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import torch
@@ -48,7 +48,8 @@ class Decoding:
 
     @classmethod
     def from_config(cls, config: dict) -> Decoding:
-        return cls(config.get("length_penalty", 1.0), config.get("no_repeat_ngram_size", 0))
+        """The settings a checkpoint's config.json stores (`asdict` writes them); missing keys keep the defaults."""
+        return cls(**{f.name: config[f.name] for f in fields(cls) if f.name in config})
 
     def generate(self, model: Seq2Seq, src_ids: Tensor, src_mask: Tensor, max_new_tokens: int, num_beams: int):
         """Greedy (num_beams = 1) or beam search with these settings."""
@@ -102,13 +103,9 @@ def greedy(
     cache = KVCache()
     for _ in range(max_new_tokens):
         logits = model.decode(tokens, memory, mask, cache, src_ids)[:, -1].float()  # [A, V]
-        if no_repeat_ngram_size:
-            scores = block_repeated_ngrams(
-                F.log_softmax(logits, dim=-1), [[cfg.bos_id, *out[b]] for b in alive], no_repeat_ngram_size
-            )
-        else:
-            scores = logits
-        next_tokens = scores.argmax(-1).tolist()  # [A]
+        if no_repeat_ngram_size:  # blocking logits or log-probabilities picks the same argmax
+            block_repeated_ngrams(logits, [[cfg.bos_id, *out[b]] for b in alive], no_repeat_ngram_size)
+        next_tokens = logits.argmax(-1).tolist()  # [A]
         keep = []
         for row, (b, token) in enumerate(zip(alive, next_tokens, strict=True)):
             if token != cfg.eos_id:

@@ -271,8 +271,7 @@ def run(
         "max_new_tokens": task.default_new_tokens,
         "max_new_tokens_limit": task.max_target_tokens * 2,
         "shared_vocab": task.shared_vocab,
-        "length_penalty": decoding.length_penalty,
-        "no_repeat_ngram_size": decoding.no_repeat_ngram_size,
+        **asdict(decoding),  # read back by Decoding.from_config
     }
     save_checkpoint(out_dir, model, config, metrics)
     src_tok.save(str(Path(out_dir) / SOURCE_TOKENIZER))
