@@ -12,15 +12,17 @@ from torch import nn
 
 from export.model import decomposed_attention
 from export.onnx_export import export_encoder_classifier
+from export.providers import inference_session
 from serving.ort_backend.session_config import OrtSettings, available_cpus, session_options
 
 ROPE_TABLE_MARK = "rope_"  # initializer names of the precomputed cos/sin tables (encoder.rope_cos/rope_sin)
 
 
 def session(path: Path, threads: int | None = None) -> ort.InferenceSession:
-    """An ORT session built with the same options the served backend uses (threads = usable cores)."""
+    """An ORT session built with the same options the served backend uses (threads = usable cores), on CUDA
+    where onnxruntime-gpu has it, else the CPU (export/providers.py; ROPESERVE_ORT_PROVIDERS overrides)."""
     options = session_options(OrtSettings(intra_op_threads=threads or available_cpus()))
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return inference_session(path, options)
 
 
 def export_decomposed(model: nn.Module, out_path: Path) -> Path:

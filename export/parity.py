@@ -19,6 +19,7 @@ from export import seq2seq
 from export.checkpoint import write_json
 from export.data import DEFAULT_DATA_DIR
 from export.generation import DEFAULT_DECODING, Decoding
+from export.providers import inference_session
 from export.seq2seq_export import export_generator, generate_onnx
 from export.training import length_batches, pad_batch
 
@@ -75,11 +76,11 @@ def main(argv: list[str] | None = None) -> int:
         path = export_generator(
             model, Path(tmp) / "generator.onnx", max_len=config["max_new_tokens_limit"] + 1, **asdict(decoding)
         )
-        options = ort.SessionOptions()
-        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        session = inference_session(path)  # CUDA where onnxruntime-gpu has it (export/providers.py)
         report = {
             "task": args.task,
             "onnxruntime": ort.__version__,
+            "providers": session.get_providers(),
             "max_new_tokens": task.max_target_tokens,
             **asdict(decoding),
             "greedy": agreement(model, session, sources, task.max_target_tokens, 1, decoding=decoding),
