@@ -39,9 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--model-repository",
-        type=Path,
         default=_env("MODEL_REPOSITORY", "model_repository"),
-        help="model repository directory [ROPESERVE_MODEL_REPOSITORY]",
+        help="model repository directory, or a URL Triton reads itself (s3://, gs://, as://) "
+        "[ROPESERVE_MODEL_REPOSITORY]",
     )
     parser.add_argument("--host", default=_env("HOST", "127.0.0.1"), help="address to bind [ROPESERVE_HOST]")
     for name, port in (("http", 8000), ("grpc", 8001), ("metrics", 8002)):
@@ -83,6 +83,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds to drain in-flight requests on stop [ROPESERVE_EXIT_TIMEOUT]",
     )
     parser.add_argument(
+        "--tritonserver",
+        type=Path,
+        default=_env("TRITONSERVER", "") or None,
+        help="run this tritonserver binary with its own backends (e.g. /opt/tritonserver/bin/tritonserver in "
+        "NGC's image: native onnxruntime on GPU) instead of the nvidia-pytriton wheel's binary with the "
+        "Python-based onnxruntime backend [ROPESERVE_TRITONSERVER]",
+    )
+    parser.add_argument(
+        "--backend-directory",
+        type=Path,
+        default=_env("BACKEND_DIRECTORY", "") or None,
+        help="backends of --tritonserver; default: <binary>/../../backends [ROPESERVE_BACKEND_DIRECTORY]",
+    )
+    parser.add_argument(
         "--log-verbose",
         type=int,
         default=_env("LOG_VERBOSE", "0"),
@@ -94,8 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
 def options_from_args(args: argparse.Namespace) -> ServerOptions:
     models = [m.strip() for m in args.models.split(",") if m.strip()] or None
     config_name = None if args.model_config_name.lower() in ("", "none") else args.model_config_name
+    repository = args.model_repository if "://" in args.model_repository else Path(args.model_repository)
     return ServerOptions(
-        model_repository=args.model_repository,
+        model_repository=repository,
         host=args.host,
         http_port=args.http_port,
         grpc_port=args.grpc_port,
@@ -106,6 +121,8 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         log_verbose=args.log_verbose,
         require_all_models=args.strict,
         stream_log=True,
+        tritonserver=args.tritonserver,
+        backend_directory=args.backend_directory,
     )
 
 
@@ -127,7 +144,11 @@ def run(options: ServerOptions, max_restarts: int = 5) -> int:
     A server that dies on its own (a crash) is started again, up to ``max_restarts`` times in 10 minutes;
     clients that retry (the SDK does) see the gap as a few seconds of UNAVAILABLE.
     """
-    problems = find_problems(Path(options.model_repository), options.models, options.model_config_name)
+    problems = (
+        []
+        if options.remote_repository
+        else find_problems(Path(options.model_repository), options.models, options.model_config_name)
+    )
     if problems:
         _say("cannot serve the model repository:\n  " + "\n  ".join(problems))
         return 2

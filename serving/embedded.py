@@ -41,7 +41,7 @@ from typing import IO
 from .backend_dir import build_backend_directory
 from .control import http_status, repository_index
 from .drain import drain_front_models
-from .http_guard import DEFAULT_MAX_JSON_BYTES, HttpGuard
+from .http_guard import DEFAULT_MAX_BODY_BYTES, HttpGuard
 from .repository import require_servable
 from .watchdog import StubWatchdog
 from .wheel import TritonWheel, warn_if_numpy_2
@@ -72,19 +72,27 @@ class ServerOptions:
     ``restart_dead_stubs``: reload a model whose Python-backend stub process died (:mod:`serving.watchdog`);
     Triton 2.51 would otherwise keep failing the requests routed to that instance.
 
-    ``http_guard``: serve HTTP through :mod:`serving.http_guard`, which refuses requests whose JSON is over
-    ``max_http_json_bytes`` (413): Triton 2.51 crashes on HTTP JSON bodies over about 4 MB.
+    ``http_guard``: serve HTTP through :mod:`serving.http_guard`, which refuses bodies over ``max_http_body_bytes``
+    (413) and every other request Triton 2.51 could misread or crash on, and answers ``/v2/health/live`` with 503
+    when :meth:`EmbeddedTriton.liveness_problem` names one.
 
     ``require_all_models``: a model that fails to load makes :meth:`EmbeddedTriton.start` fail. Without it the
     server keeps serving the other models (``--exit-on-error=false``), ``/v2/health/ready`` stays false
     (strict readiness) and :meth:`EmbeddedTriton.unavailable_models` names each failure and its cause.
+
+    ``tritonserver``: run this binary (e.g. the NGC image's ``/opt/tritonserver/bin/tritonserver``) with its
+    own ``backends`` directory (``backend_directory``, default ``<binary>/../../backends``: native onnxruntime,
+    python) instead of the wheel's binary with the Python-based onnxruntime backend. The safeguards are the same.
+
+    ``model_repository`` may be a URL Triton reads itself (``s3://…``, ``gs://…``, ``as://…``): it is passed on
+    as is, without the local pre-start checks.
 
     ``die_with_parent``: the server gets SIGTERM if this process dies without cleaning up (e.g. SIGKILL).
     Linux ties that signal to the *thread* that started the server, so it applies only when starting from the
     main thread (measured: a server started from a worker thread was told to stop as that thread ended).
     """
 
-    model_repository: Path = Path("model_repository")
+    model_repository: Path | str = Path("model_repository")
     host: str = "127.0.0.1"
     http_port: int = 8000
     grpc_port: int = 8001
@@ -96,21 +104,36 @@ class ServerOptions:
     restart_dead_stubs: bool = True
     require_all_models: bool = True
     http_guard: bool = True
-    max_http_json_bytes: int = DEFAULT_MAX_JSON_BYTES
+    max_http_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     exit_timeout_s: int = 30
     ready_timeout_s: float = 120.0
     log_verbose: int = 0
     stream_log: bool = False
     log_file: Path | None = None
     die_with_parent: bool = True
+    tritonserver: Path | None = None
+    backend_directory: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
     extra_args: list[str] = field(default_factory=list)
 
     def ports(self) -> dict[str, int]:
         return {"http": self.http_port, "grpc": self.grpc_port, "metrics": self.metrics_port}
 
+    @property
+    def remote_repository(self) -> bool:
+        """The repository is a URL (object storage) that Triton reads itself."""
+        return "://" in str(self.model_repository)
+
+    def repository_argument(self) -> str:
+        return str(self.model_repository) if self.remote_repository else str(Path(self.model_repository).resolve())
+
     def command_args(
-        self, backend_dir: Path, cache_dir: Path, shm_prefix: str, control_key: str, guarded_http_port: int = 0
+        self,
+        backend_dir: Path,
+        cache_dir: Path | None,
+        shm_prefix: str,
+        control_key: str,
+        guarded_http_port: int = 0,
     ) -> list[str]:
         """The ``tritonserver`` flags (no binary). Pure, so tests can read what would run.
 
@@ -118,9 +141,9 @@ class ServerOptions:
         """
         http_host, http_port = ("127.0.0.1", guarded_http_port) if guarded_http_port else (self.host, self.http_port)
         args = [
-            f"--model-repository={Path(self.model_repository).resolve()}",
+            f"--model-repository={self.repository_argument()}",
             f"--backend-directory={backend_dir}",
-            f"--cache-directory={cache_dir}",
+            *([f"--cache-directory={cache_dir}"] if cache_dir else []),
             f"--http-address={http_host}",
             f"--grpc-address={self.host}",
             f"--metrics-address={self.host}",
@@ -370,31 +393,39 @@ class EmbeddedTriton:
                     f"{name} port {port} on {opts.host} is already in use (another tritonserver?); "
                     f"choose another with --{name}-port or ROPESERVE_{name.upper()}_PORT"
                 )
-        require_servable(Path(opts.model_repository), opts.models, opts.model_config_name)
+        if not opts.remote_repository:
+            require_servable(Path(opts.model_repository), opts.models, opts.model_config_name)
         warn_if_numpy_2()
 
-        wheel = TritonWheel.locate()
+        wheel = None if opts.tritonserver else TritonWheel.locate()
         workdir = Path(tempfile.mkdtemp(prefix="ropeserve-triton-"))
         log_handle: IO[bytes] | None = None
         guard = None
         try:
-            backend_dir = build_backend_directory(workdir / "backends", wheel)
+            if wheel is not None:
+                binary, cache_dir, environment = wheel.binary, wheel.caches, wheel.environment()
+                backend_dir = build_backend_directory(workdir / "backends", wheel)
+            else:
+                binary, cache_dir, environment = Path(opts.tritonserver), None, dict(os.environ)
+                backend_dir = opts.backend_directory or binary.resolve().parents[1] / "backends"
             guarded_port = 0
             if opts.http_guard:
                 guarded_port = free_ports(1)[0]
                 upstream = ("127.0.0.1", guarded_port)
-                guard = HttpGuard(opts.host, opts.http_port, upstream, opts.max_http_json_bytes).start()
+                guard = HttpGuard(
+                    opts.host, opts.http_port, upstream, opts.max_http_body_bytes, liveness=self.liveness_problem
+                ).start()
             log_path = Path(opts.log_file) if opts.log_file else workdir / "tritonserver.log"
             log_path.parent.mkdir(parents=True, exist_ok=True)
             log_handle = open(log_path, "wb")  # closed by _shutdown
             command = [
-                str(wheel.binary),
-                *opts.command_args(backend_dir, wheel.caches, self.shm_prefix, self.control_key, guarded_port),
+                str(binary),
+                *opts.command_args(backend_dir, cache_dir, self.shm_prefix, self.control_key, guarded_port),
             ]
             process = subprocess.Popen(
                 command,
                 cwd=workdir,
-                env={**wheel.environment(), **opts.env},
+                env={**environment, **opts.env},
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE if opts.stream_log else log_handle,
                 stderr=subprocess.STDOUT,
@@ -466,6 +497,15 @@ class EmbeddedTriton:
             if now > deadline:
                 raise ServerError(f"tritonserver was not ready after {timeout_s:.0f} s.\n{self._log_excerpt()}")
             time.sleep(0.1)
+
+    def liveness_problem(self) -> str | None:
+        """Why this server is not live (its process is gone, or a Python-backend stub died and was not brought
+        back), or None. The HTTP guard answers ``/v2/health/live`` with 503 and this reason, so a liveness probe
+        (Kubernetes, compose) notices what Triton's own answer hides. Cheap: called on the guard's event loop."""
+        running = self._running
+        if running is None or running.process.poll() is not None:
+            return "tritonserver is not running"
+        return running.watchdog.problem() if running.watchdog is not None else None
 
     def unavailable_models(self) -> dict[str, str]:
         """Models of the repository index that are not READY, with Triton's reason (e.g. the load error)."""

@@ -90,6 +90,18 @@ class StubWatchdog(threading.Thread):
         self._watched: dict[int, Stub] = {}  # pid → stub, from the last look
         self._retiring: set[int] = set()  # old instances of a reloaded model: they exit on their own
         self._pending: dict[str, float] = {}  # model that lost a stub → when that was noticed
+        self._abandoned: set[str] = set()  # lost a stub and was not brought back: requests to it fail
+
+    def problem(self) -> str | None:
+        """Why the server cannot be trusted to answer (a stub dead longer than ``patience_s``), or None.
+
+        What the launcher's liveness answer reports: Triton's own ``/v2/health/live`` stays 200 with a dead stub.
+        """
+        now = time.monotonic()
+        broken = sorted(self._abandoned | {m for m, since in self._pending.items() if now - since > self.patience_s})
+        if not broken:
+            return None
+        return f"the Python-backend stub of {', '.join(broken)} died and was not brought back"
 
     def stop(self) -> None:
         self._stopped.set()
@@ -120,6 +132,7 @@ class StubWatchdog(threading.Thread):
                 if now - since > self.patience_s:
                     self.log(f"'{model}' is not ready (HTTP {status}) {self.patience_s:.0f} s on; leaving it alone")
                     del self._pending[model]
+                    self._abandoned.add(model)
                 continue
             self.log(f"reloading '{model}'")
             try:
@@ -130,7 +143,9 @@ class StubWatchdog(threading.Thread):
             del self._pending[model]
             self._retiring |= {pid for pid, stub in self._watched.items() if stub.model == model}
             self.log(f"model '{model}' reloaded")
-        self._watched = {stub.pid: stub for stub in find_stubs(sorted(alive))}
+        stubs = find_stubs(sorted(alive))
+        self._abandoned -= {stub.model for stub in stubs if stub.pid not in self._watched}  # loaded again since
+        self._watched = {stub.pid: stub for stub in stubs}
         self._retiring &= alive
 
     def reload(self, model: str) -> None:

@@ -10,6 +10,8 @@ import json
 import socket
 import threading
 import time
+import urllib.error
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -21,6 +23,7 @@ import tritonclient.http as httpclient
 from onnx import TensorProto, helper
 from tritonclient.utils import InferenceServerException
 
+from serving.backend_dir import build_backend_directory
 from serving.embedded import (
     CONTROL_KEY_HEADER,
     SHM_ROOT,
@@ -33,6 +36,7 @@ from serving.embedded import (
 )
 from serving.ort_backend import batching, session_config
 from serving.repository import RepositoryError, require_servable
+from serving.wheel import TritonWheel
 
 # --------------------------------------------------------------------------------------------------------
 # Toy model repository
@@ -470,3 +474,46 @@ def test_config_is_checked_against_the_model() -> None:
     assert "config says TYPE_FP16" in message and "rank 3" in message and "output 'z'" in message
     entries = session_config.autocomplete_entries(model_in, batched=True)
     assert json.dumps(entries) == json.dumps([{"name": "x", "data_type": "TYPE_FP32", "dims": [4]}])
+
+
+def test_object_storage_repositories_and_native_installs_change_only_their_flags(tmp_path: Path) -> None:
+    remote = ServerOptions(model_repository="s3://bucket/ropeserve/model_repository")
+    args = remote.command_args(Path("/opt/tritonserver/backends"), None, "p_", "k")
+    assert remote.remote_repository and "--model-repository=s3://bucket/ropeserve/model_repository" in args
+    assert not any(arg.startswith("--cache-directory") for arg in args)  # NGC's binary finds its own caches
+    local = ServerOptions(model_repository=tmp_path).command_args(Path("/b"), Path("/c"), "p_", "k")
+    assert f"--model-repository={tmp_path.resolve()}" in local and "--cache-directory=/c" in local
+
+
+def test_liveness_through_the_guard_sees_a_dead_server(repo: Path) -> None:
+    """Triton's /v2/health/live cannot answer for a dead Triton; the launcher's guard answers 503 and says why."""
+    server = EmbeddedTriton(server_options(repo, models=["toy_python"])).start()
+    try:
+        assert urllib.request.urlopen(f"{server.http_url}/v2/health/live", timeout=10).status == 200
+        server.process.kill()
+        server.process.wait()
+        with pytest.raises(urllib.error.HTTPError) as answer:
+            urllib.request.urlopen(f"{server.http_url}/v2/health/live", timeout=10)
+        assert answer.value.code == 503
+        assert "tritonserver is not running" in answer.value.read().decode()
+    finally:
+        server.kill()
+
+
+def test_a_tritonserver_binary_of_your_choice_runs_with_its_own_backends(repo: Path, tmp_path: Path) -> None:
+    """`--tritonserver` (what the NGC image uses): the launcher runs that binary with the backends beside it,
+    building nothing. Here the wheel's binary stands in, with a backends folder laid out in advance."""
+    wheel = TritonWheel.locate()
+    backends = build_backend_directory(tmp_path / "backends", wheel)
+    options = server_options(
+        repo, models=["toy_onnx"], tritonserver=wheel.binary, backend_directory=backends, env=wheel.environment()
+    )
+    with EmbeddedTriton(options) as server:
+        client = httpclient.InferenceServerClient(server.http_address)
+        try:
+            assert client.is_model_ready("toy_onnx")
+        finally:
+            client.close()
+        command = Path(f"/proc/{server.pid}/cmdline").read_bytes().split(b"\0")
+    assert f"--backend-directory={backends}".encode() in command
+    assert not any(arg.startswith(b"--cache-directory") for arg in command)

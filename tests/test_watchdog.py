@@ -100,3 +100,26 @@ def test_a_model_that_stays_not_ready_is_left_alone_after_the_patience(stubs) ->
     watchdog._check()
     assert watchdog.reloaded == [] and watchdog._pending == {}
     assert any("leaving it alone" in line for line in watchdog.lines)
+
+
+def test_liveness_names_a_model_whose_stub_stayed_dead_until_it_comes_back(stubs) -> None:
+    victim, other = stubs("summarize"), stubs("translate")
+    watchdog = ScriptedWatchdog([victim, other], ready=[400, 400], patience_s=0.0)
+    watchdog._check()
+    assert watchdog.problem() is None  # all stubs alive
+    kill(victim)
+    watchdog._check()  # noticed, within its patience: a reload may still bring it back
+    watchdog._check()  # left alone: requests routed to it fail for as long as the server runs
+    assert "summarize" in (watchdog.problem() or "") and "translate" not in watchdog.problem()
+    watchdog.members = lambda: [other.pid, stubs("summarize").pid]  # loaded again (by an operator, say)
+    watchdog._check()
+    assert watchdog.problem() is None
+
+
+def test_a_reloaded_model_is_live(stubs) -> None:
+    victim = stubs("sentiment")
+    watchdog = ScriptedWatchdog([victim], ready=[200])
+    watchdog._check()
+    kill(victim)
+    watchdog._check()
+    assert watchdog.reloaded == ["sentiment"] and watchdog.problem() is None
