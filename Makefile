@@ -9,8 +9,8 @@ NGC_ORT_VERSION := 1.19.2
 PERF_ANALYZER := .cache/perf-analyzer
 DATA_DIR   ?= ../shared/data
 
-.PHONY: help venv repository serve test lint train-sentiment clean loadtest compose-config kubernetes-validate \
-        perf-analyzer bench
+.PHONY: help venv repository serve test test-fast lint train-sentiment clean loadtest compose-config compose-test \
+        wheelhouse kubernetes-validate perf-analyzer bench
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 20
@@ -45,8 +45,11 @@ lint: venv  ## ruff
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
-test: venv $(NGC_ORT)/.installed $(PERF_ANALYZER)/.installed repository lint  ## lint + the whole test suite (starts real Triton servers)
+test: venv $(NGC_ORT)/.installed $(PERF_ANALYZER)/.installed repository lint wheelhouse  ## lint + the whole test suite (real Triton servers, and the compose stack: root)
 	$(PY) -m pytest -q
+
+test-fast: venv $(NGC_ORT)/.installed $(PERF_ANALYZER)/.installed repository lint  ## everything but the compose stack
+	$(PY) -m pytest -q -m "not compose"
 
 train-sentiment: venv  ## train the sentiment model (≤ 30 min on 2 cores) into checkpoints/sentiment
 	$(PY) -m export.train sentiment --data-dir $(DATA_DIR) --tokenizer words --vocab-size 16000 --d-model 128 \
@@ -82,10 +85,25 @@ loadtest: venv  ## locust against a running server (make serve); HOST USERS DURA
 	  --max-new-tokens $(MAX_NEW_TOKENS) --num-beams $(NUM_BEAMS) \
 	  --max-failure-ratio $(MAX_FAILURE_RATIO) --max-p99-ms $(MAX_P99_MS) --results-dir "$(RESULTS)"
 
-compose-config:  ## validate docker-compose.yml for every profile (docker-compose 1.29 config; no engine needed)
+compose-config:  ## validate docker-compose.yml, its profiles and the GPU override (no engine needed)
 	$(COMPOSE) -f docker-compose.yml config --quiet
-	$(COMPOSE) -f docker-compose.yml --profile gpu --profile loadtest config --quiet
-	$(COMPOSE) -f docker-compose.yml --profile cpu --profile loadtest config --quiet
+	$(COMPOSE) -f docker-compose.yml --profile grafana --profile loadtest config --quiet
+	$(COMPOSE) -f docker-compose.yml -f docker-compose.gpu.yml --profile loadtest config --quiet
+
+compose-test: venv wheelhouse  ## build + start the CPU stack in a private Docker engine, check it, tear it down (root)
+	$(PY) -m pytest -q -m compose tests/test_compose_stack.py
+	@cat build/compose-test.json
+
+# Wheels for the images' pip installs, for hosts whose containers cannot reach PyPI (deploy/wheels/README.md).
+WHEEL_TAGS := --only-binary=:all: --python-version 3.11 --platform manylinux_2_35_x86_64 \
+              --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
+IMAGE_DOCKERFILES := --dockerfile serving/Dockerfile --dockerfile loadtest/Dockerfile
+wheelhouse: venv  ## download the wheels the Dockerfiles install into deploy/wheels
+	@mkdir -p build
+	$(PY) deploy/requirements.py $(IMAGE_DOCKERFILES) > build/wheelhouse.txt
+	$(PY) deploy/requirements.py --no-deps $(IMAGE_DOCKERFILES) > build/wheelhouse-no-deps.txt
+	$(PY) -m pip download --quiet --dest deploy/wheels $(WHEEL_TAGS) -r build/wheelhouse.txt
+	$(PY) -m pip download --quiet --dest deploy/wheels --no-deps $(WHEEL_TAGS) -r build/wheelhouse-no-deps.txt
 
 kubernetes-validate: venv  ## validate deploy/k8s manifests offline (kubernetes-validate, schemas shipped in the wheel)
 	$(PY) deploy/validate.py
