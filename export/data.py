@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import os
+import re
 import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -121,6 +122,94 @@ def read_translation(data_dir: Path = DEFAULT_DATA_DIR) -> tuple[list[Pair], lis
             seen.add(key)
             pairs.append(pair)
     return pairs, test
+
+
+# More zh-en parallel text (translation/extra, see its SOURCE.txt for origin and licence of each set).
+EXTRA_TRANSLATION_FILES = {
+    "msctd": "msctd_zh_en.tsv",  # film/TV subtitles: non-commercial use only
+    "aic2017": "aic2017_en_zh.tsv",
+    "bmeld": "bmeld_zh_en.tsv",
+    "microtopia": "microtopia_zh_en.tsv",
+    "cedict": "cedict.tsv",  # CC-CEDICT dictionary (CC BY-SA 4.0): word and name pairs
+}
+WMT_FILE = "wmt_newstest_zh_en.tsv"
+_SPACE_BEFORE_PUNCTUATION = re.compile(r" +([.,!?;:%)])")
+_PARENTHESES = re.compile(r"\([^()]*\)|\[[^\]]*\]")
+_NOT_A_GLOSS = ("surname ", "variant of", "old variant", "see ", "used in", "abbr.", "cl:", "erhua", "also written",
+                "japanese variant", "taiwan pr.", "pr. ", "(")  # fmt: skip
+
+
+def dictionary_gloss(senses: str, max_words: int = 4) -> str | None:
+    """The English of a CC-CEDICT entry as a short translation: its first sense that is a gloss (not a
+    cross-reference, surname or classifier note), without parentheticals, up to the first ``,``/``;``/`` or ``.
+
+    北京 "Beijing municipality, capital of ... (abbr. to 京[Jing1])" → "Beijing"; 玛丽 "Mary or Marie (name)" → "Mary".
+    """
+    for sense in senses.split(" / "):
+        if sense.strip().lower().startswith(_NOT_A_GLOSS):
+            continue
+        gloss = _PARENTHESES.sub("", sense)
+        gloss = re.split(r"[,;]| or ", gloss)[0].strip()
+        gloss = re.sub(r" (municipality|prefecture|province)$", "", gloss)
+        if gloss and len(gloss.split()) <= max_words and not any("\u4e00" <= ch <= "\u9fff" for ch in gloss):
+            return gloss
+    return None
+
+
+def read_parallel_tsv(path: Path) -> list[Pair]:
+    """Pairs from a TSV with ``zh`` and ``en`` columns (every split: our test sets are Tatoeba and WMT)."""
+    pairs = []
+    with open(path, encoding="utf-8", newline="") as f:
+        for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE):
+            zh, en = (row.get("zh") or "").strip(), (row.get("en") or "").strip()
+            if zh and en and "http" not in en and "@" not in en:  # microblog handles and links are noise
+                pairs.append(Pair(zh, _SPACE_BEFORE_PUNCTUATION.sub(r"\1", en)))
+    return pairs
+
+
+def read_cedict(path: Path) -> list[Pair]:
+    """(simplified headword → short English gloss) pairs from CC-CEDICT, one per headword."""
+    pairs, seen = [], set()
+    with open(path, encoding="utf-8", newline="") as f:
+        for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE):
+            word = (row.get("simplified") or "").strip()
+            gloss = dictionary_gloss(row.get("english") or "")
+            if word and gloss and word not in seen:
+                seen.add(word)
+                pairs.append(Pair(word, gloss))
+    return pairs
+
+
+def read_translation_extra(data_dir: Path, corpora: Sequence[str]) -> list[Pair]:
+    """The pairs of the named extra corpora (keys of EXTRA_TRANSLATION_FILES), de-duplicated, without any
+    pair whose Chinese side is a WMT test sentence."""
+    root = Path(data_dir) / "translation" / "extra"
+    unknown = sorted(set(corpora) - set(EXTRA_TRANSLATION_FILES))
+    if unknown:
+        raise ValueError(f"unknown corpora {unknown}; known: {', '.join(EXTRA_TRANSLATION_FILES)}")
+    held_out = {normalize_key(p.source) for p in read_wmt(data_dir)}
+    pairs, seen = [], set()
+    for name in corpora:
+        path = root / EXTRA_TRANSLATION_FILES[name]
+        if not path.exists():
+            raise FileNotFoundError(f"{path} is missing (corpus {name!r}; see {root / 'SOURCE.txt'})")
+        for pair in read_cedict(path) if name == "cedict" else read_parallel_tsv(path):
+            key = (normalize_key(pair.source), normalize_key(pair.target).lower())
+            if key not in seen and key[0] not in held_out:
+                seen.add(key)
+                pairs.append(pair)
+    return pairs
+
+
+def read_wmt(data_dir: Path) -> list[Pair]:
+    """WMT21 newstest2021 and WMT22 generaltest2022, the sentences written in Chinese (zh-en direction):
+    a news-domain test set; empty when the file is absent."""
+    path = Path(data_dir) / "translation" / "extra" / WMT_FILE
+    if not path.exists():
+        return []
+    with open(path, encoding="utf-8", newline="") as f:
+        rows = csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        return [Pair(r["zh"].strip(), r["en"].strip()) for r in rows if r["orig_direction"] == "zh-en"]
 
 
 def read_summarization(data_dir: Path = DEFAULT_DATA_DIR) -> tuple[list[Pair], list[Pair]]:

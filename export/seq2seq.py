@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -19,7 +19,15 @@ from torch import nn
 from tqdm import tqdm
 
 from export.checkpoint import CONFIG_FILE, load_weights, read_json, round_to_stored_precision, save_checkpoint
-from export.data import Pair, read_summarization, read_translation, seeded_split
+from export.data import (
+    Pair,
+    normalize_key,
+    read_summarization,
+    read_translation,
+    read_translation_extra,
+    read_wmt,
+    seeded_split,
+)
 from export.generation import DEFAULT_DECODING, Decoding
 from export.metrics import bleu_chrf, lead_baseline, rouge_chars
 from export.model import ModelConfig, Seq2Seq
@@ -42,11 +50,26 @@ class Seq2SeqTask:
     default_new_tokens: int  # served default for MAX_NEW_TOKENS
     score: Callable[[list[str], list[str]], dict[str, float]]
     headline: str  # the score's key that --keep score selects by
+    # more training pairs by corpus name (--corpora), and test sets beside the main one (scored too when present)
+    extra_training: Callable[[Path, Sequence[str]], list[Pair]] | None = None
+    extra_tests: Callable[[Path], dict[str, list[Pair]]] = lambda data_dir: {}
 
 
 TASKS = {
     "translate": Seq2SeqTask(
-        "translate", read_translation, False, False, 4000, 6000, 64, 48, 48, score=bleu_chrf, headline="chrf"
+        "translate",
+        read_translation,
+        False,
+        False,
+        4000,
+        6000,
+        64,
+        48,
+        48,
+        score=bleu_chrf,
+        headline="chrf",
+        extra_training=read_translation_extra,
+        extra_tests=lambda data_dir: {"wmt_newstest": pairs} if (pairs := read_wmt(data_dir)) else {},
     ),
     "summarize": Seq2SeqTask(
         "summarize", read_summarization, True, True, 6000, 6000, 160, 40, 32, score=rouge_chars, headline="rougeL"
@@ -131,6 +154,7 @@ def run(
     target_vocab: int | None = None,
     decoding: Decoding = DEFAULT_DECODING,
     token_dropout: float = 0.0,
+    corpora: Sequence[str] = (),
 ) -> dict:
     """Train and evaluate; write the checkpoint folder; return the metrics.
 
@@ -146,6 +170,10 @@ def run(
 
     token_dropout is word dropout on both sides of the training pairs (see seq2seq_loss).
 
+    corpora names more training sets (translate: export.data.EXTRA_TRANSLATION_FILES). They join the training
+    split only, so dev and test stay the main set's and scores compare with runs without them; a pair whose
+    source is a dev or test sentence is dropped.
+
     decoding holds the beam length penalty (scores are sum log p / length ** length_penalty; above 1
     favours longer outputs) and no_repeat_ngram_size (n > 0: no n-gram twice in one output). They are
     evaluated here and stored in config.json, from where the exported generator takes them.
@@ -156,10 +184,20 @@ def run(
         task = replace(task, target_vocab=target_vocab)
     pairs, test_pairs = task.reader(data_dir)
     train_pairs, dev_pairs = seeded_split(pairs, key=lambda p: p.source, fractions=(0.95, 0.05))
+    if corpora:
+        if task.extra_training is None:
+            raise ValueError(f"{task.name} has no extra training corpora")
+        held_out = {normalize_key(p.source) for p in dev_pairs + test_pairs}
+        extra = [p for p in task.extra_training(data_dir, corpora) if normalize_key(p.source) not in held_out]
+        print(f"{task.name}: {len(extra)} more training pairs from {', '.join(corpora)}")
+        train_pairs = train_pairs + extra
+    extra_tests = task.extra_tests(data_dir)
     if limit:
         train_pairs, dev_pairs, test_pairs = train_pairs[:limit], dev_pairs[: limit // 4], test_pairs[: limit // 4]
+        extra_tests = {name: pairs[: limit // 4] for name, pairs in extra_tests.items()}
     if eval_limit:
         test_pairs = test_pairs[:eval_limit]
+        extra_tests = {name: pairs[:eval_limit] for name, pairs in extra_tests.items()}
     print(f"{task.name}: train {len(train_pairs)}, dev {len(dev_pairs)}, test {len(test_pairs)}")
 
     folder = Path(state_path).parent if state_path else None
@@ -184,7 +222,6 @@ def run(
     model_cfg.tgt_vocab_size = tgt_tok.get_vocab_size()
     train_ex = encode_pairs(train_pairs, src_tok, tgt_tok, task)
     dev_ex = encode_pairs(dev_pairs, src_tok, tgt_tok, task)
-    test_ex = encode_pairs(test_pairs, src_tok, tgt_tok, task)
 
     model = Seq2Seq(model_cfg)
     n_params = sum(p.numel() for p in model.parameters())
@@ -233,19 +270,25 @@ def run(
         hyps = generate_texts(model, sources, tgt_tok, task.max_target_tokens, beams, f"dev {label}", decoding=decoding)
         dev_scores[label] = task.score(hyps, [p.target for p in dev_pairs])
 
-    sources = [e[0] for e in test_ex]
+    def score_test_set(name: str, pairs: list[Pair]) -> tuple[dict[str, dict], dict[str, list]]:
+        sources = [e[0] for e in encode_pairs(pairs, src_tok, tgt_tok, task)]
+        references = [p.target for p in pairs]
+        scores: dict[str, dict] = {}
+        samples: dict[str, list] = {}
+        for label, beams in (("greedy", 1), ("beam4", 4)):
+            t0 = time.monotonic()
+            hyps = generate_texts(
+                model, sources, tgt_tok, task.max_target_tokens, beams, f"{name} {label}", decoding=decoding
+            )
+            scores[label] = {**task.score(hyps, references), "seconds": round(time.monotonic() - t0, 1)}
+            samples[label] = [
+                {"source": p.source, "reference": p.target, "output": h} for p, h in zip(pairs[:8], hyps[:8])
+            ]
+        return scores, samples
+
+    scores, samples = score_test_set("test", test_pairs)
     references = [p.target for p in test_pairs]
-    scores: dict[str, dict] = {}
-    samples: dict[str, list] = {}
-    for label, beams in (("greedy", 1), ("beam4", 4)):
-        t0 = time.monotonic()
-        hyps = generate_texts(
-            model, sources, tgt_tok, task.max_target_tokens, beams, f"test {label}", decoding=decoding
-        )
-        scores[label] = {**task.score(hyps, references), "seconds": round(time.monotonic() - t0, 1)}
-        samples[label] = [
-            {"source": p.source, "reference": p.target, "output": h} for p, h in zip(test_pairs[:8], hyps[:8])
-        ]
+    other_tests = {name: score_test_set(name, pairs)[0] for name, pairs in extra_tests.items()}
     if task.name == "summarize":
         texts = [p.source for p in test_pairs]
         scores["lead_baseline"] = task.score(lead_baseline(texts, references), references)
@@ -256,9 +299,17 @@ def run(
         "task": task.name,
         "command": command,
         "parameters": n_params,
-        "splits": {"train": len(train_pairs), "dev": len(dev_pairs), "test": len(test_pairs), "seed": train_cfg.seed},
+        "splits": {
+            "train": len(train_pairs),
+            "dev": len(dev_pairs),
+            "test": len(test_pairs),
+            **{name: len(pairs) for name, pairs in extra_tests.items()},
+            "seed": train_cfg.seed,
+        },
+        "extra_corpora": list(corpora),
         "dev": dev_scores,
         "test": scores,
+        **({"other_tests": other_tests} if other_tests else {}),
         "samples": samples,
         "history": history,
         "lead_pretraining": history_lead,

@@ -94,6 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="translate: English tokenizer size (default 6000); smaller pieces generalize better on little data",
     )
     p.add_argument(
+        "--corpora",
+        default="",
+        help="translate: more training sets from <data-dir>/translation/extra, comma-separated: "
+        "msctd (subtitles, NON-COMMERCIAL use only), aic2017, bmeld, microtopia, cedict (dictionary words "
+        "and names); dev and test stay Tatoeba's",
+    )
+    p.add_argument(
         "--copy",
         action="store_true",
         help="summarize: a pointer-generator decoder that can copy source tokens into the summary",
@@ -164,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
         build_parser().error("--copy applies to summarize only (it needs one vocabulary for text and summary)")
     if args.target_vocab is not None and args.task != "translate":
         build_parser().error("--target-vocab applies to translate only (summarize shares one vocabulary)")
+    corpora = [name.strip() for name in args.corpora.split(",") if name.strip()]
+    if corpora and args.task != "translate":
+        build_parser().error("--corpora applies to translate only")
     if args.task == "sentiment":
         from export import sentiment
 
@@ -202,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
             target_vocab=args.target_vocab,
             decoding=Decoding(args.length_penalty, args.no_repeat_ngram),
             token_dropout=args.token_dropout,
+            corpora=corpora,
         )
     return 0
 

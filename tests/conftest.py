@@ -98,6 +98,27 @@ def fake_data_dir(tmp_path):
     (translation / "tatoeba_test_zh_en.tsv").write_text(
         "zh\ten\n" + "".join(f"{zh}{i}\t{en}\n" for i in range(16) for en, zh in pairs[:1]), encoding="utf-8"
     )
+    extra = translation / "extra"
+    extra.mkdir()
+    (extra / "cedict.tsv").write_text(
+        "traditional\tsimplified\tpinyin\tenglish\n"
+        "北京\t北京\tBei3 jing1\tBeijing municipality, capital of the People's Republic of China (abbr. to 京[Jing1])\n"
+        "王\t王\twang2\tsurname Wang / king\n"
+        "個\t个\tge4\tCL:個|个[ge4] / variant of 箇|个[ge4]\n",
+        encoding="utf-8",
+    )
+    (extra / "bmeld_zh_en.tsv").write_text(
+        "split\tzh\ten\tspeaker\n"
+        "train\t你一定忙得不可开交。\tYou must've had your hands full .\tRachel\n"
+        "train\t我爱你。0\tI love you, zero.\tRoss\n",  # a test sentence: never trained on
+        encoding="utf-8",
+    )
+    (extra / "wmt_newstest_zh_en.tsv").write_text(
+        "testset\torig_direction\tzh\ten\n"
+        "newstest2021\tzh-en\t北京很大。\tBeijing is big.\n"
+        "newstest2021\ten-zh\t你好。\tHello.\n",  # written in English first: not a zh→en test sentence
+        encoding="utf-8",
+    )
     lcsts = tmp_path / "summarization" / "clge_lcsts_csl"
     lcsts.mkdir(parents=True)
     news = "今天上午，市政府召开新闻发布会，介绍了今年城市交通建设的进展和下一步计划。"

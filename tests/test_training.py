@@ -220,3 +220,50 @@ def test_tiny_translate_run_keeps_the_averaged_weights(fake_data_dir, tmp_path):
     assert (kept - average).abs().max() < 1e-3 < (kept - raw).abs().max()
     with pytest.raises(SystemExit):
         train_main(["summarize", "--target-vocab", "100"])
+
+
+def test_dictionary_entries_become_short_glosses():
+    from export.data import dictionary_gloss
+
+    assert dictionary_gloss("Beijing municipality, capital of the People's Republic of China (abbr. to 京[Jing1])") == (
+        "Beijing"
+    )
+    assert dictionary_gloss("Mary or Marie (name) / Mali") == "Mary"
+    assert dictionary_gloss("United States; USA; US") == "United States"
+    assert dictionary_gloss("surname Wang / king") == "king"
+    assert dictionary_gloss("CL:個|个[ge4] / variant of 箇|个[ge4]") is None
+    assert dictionary_gloss("a very long explanation of a rare word in many words") is None
+
+
+def test_extra_corpora_are_read_cleaned_and_kept_out_of_the_test_sets(fake_data_dir):
+    import pytest
+
+    from export.data import read_translation_extra, read_wmt
+
+    pairs = read_translation_extra(fake_data_dir, ["bmeld", "cedict"])
+    assert ("你一定忙得不可开交。", "You must've had your hands full.") in {(p.source, p.target) for p in pairs}
+    assert ("北京", "Beijing") in {(p.source, p.target) for p in pairs}
+    assert [p.source for p in read_wmt(fake_data_dir)] == ["北京很大。"]  # zh-origin sentences only
+    with pytest.raises(ValueError, match="unknown corpora \\['opus'\\]"):
+        read_translation_extra(fake_data_dir, ["opus"])
+    with pytest.raises(FileNotFoundError, match="msctd_zh_en.tsv is missing"):
+        read_translation_extra(fake_data_dir, ["msctd"])
+
+
+def test_a_translate_run_with_extra_corpora_trains_on_them_and_scores_wmt(fake_data_dir, tmp_path):
+    import json
+
+    out = tmp_path / "ck"
+    argv = ["translate", "--data-dir", str(fake_data_dir), "--out", str(out), "--state", str(tmp_path / "st.pt")]
+    argv += ["--epochs", "1", "--minutes", "1", "--d-model", "32", "--layers", "1", "--decoder-layers", "1"]
+    argv += ["--heads", "2", "--d-ff", "64", "--target-vocab", "120"]
+    assert train_main([*argv]) == 0
+    plain = json.loads((out / "metrics.json").read_text())
+    assert train_main([*argv, "--out", str(tmp_path / "ck2"), "--state", str(tmp_path / "st2.pt"),
+                       "--corpora", "bmeld,cedict"]) == 0  # fmt: skip
+    more = json.loads((tmp_path / "ck2" / "metrics.json").read_text())
+    # bmeld's one new sentence, cedict's Beijing and king (个 has no gloss); bmeld's copy of a test sentence is left out
+    assert more["splits"]["train"] == plain["splits"]["train"] + 3
+    assert more["extra_corpora"] == ["bmeld", "cedict"] and more["splits"]["test"] == plain["splits"]["test"]
+    assert set(more["other_tests"]["wmt_newstest"]) == {"greedy", "beam4"}
+    assert more["splits"]["wmt_newstest"] == 1
