@@ -6,9 +6,11 @@ are rewritten copies and whose model files are symlinks to the built ones.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
 
 from benchmarks.profiles import REPOSITORY
 from serving.ort_backend.session_config import available_cpus
@@ -34,39 +36,26 @@ class ServingVariant:
         return batching + (f"{self.instances}inst" if self.instances else "as_committed")
 
 
-def _block_span(text: str, keyword: str) -> tuple[int, int] | None:
-    """Start and end of ``keyword { ... }`` (nested braces included), or None."""
-    match = re.search(rf"^\s*{keyword}\s*{{", text, flags=re.MULTILINE)
-    if match is None:
-        return None
-    depth, pos = 0, match.end() - 1
-    for pos in range(match.end() - 1, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[pos], 0)
-        if depth == 0:
-            return match.start(), pos + 1
-    raise ValueError(f"unbalanced braces after '{keyword}'")
-
-
 def rewrite_config(text: str, variant: ServingVariant) -> str:
     """A config.pbtxt with the variant's batching, instance count and threads per instance, and a queue limit
-    high enough for throughput runs."""
-    span = _block_span(text, "dynamic_batching")
-    if variant.batching is False and span is not None:
-        text = text[: span[0]] + "\n" + text[span[1] :]
-    policy = _block_span(text, "default_queue_policy")
-    if not variant.queue_policy and policy is not None:
-        text = text[: policy[0]] + "\n" + text[policy[1] :]
-    text = re.sub(r"max_queue_size\s*:\s*\d+", f"max_queue_size: {THROUGHPUT_QUEUE_SIZE}", text)
-    if variant.instances is None:
-        return text
-    # Same thread budget for every instance count: n instances × (cores / n) intra-op threads each.
-    threads = max(1, available_cpus() // variant.instances)
-    text = re.sub(
-        r'(key:\s*"intra_op_thread_count"\s*,\s*value:\s*{\s*string_value:\s*)"\d+"', rf'\g<1>"{threads}"', text
-    )
-    group = f"instance_group [ {{ count: {variant.instances}, kind: KIND_CPU }} ]"
-    text, replaced = re.subn(r"instance_group\s*\[[^\]]*\]", group, text)
-    return text if replaced else text + "\n" + group + "\n"
+    high enough for throughput runs (read and written with Triton's own ModelConfig message)."""
+    config = text_format.Parse(text, model_config_pb2.ModelConfig())
+    if variant.batching is False:
+        config.ClearField("dynamic_batching")
+    if config.HasField("dynamic_batching"):
+        batching = config.dynamic_batching
+        if not variant.queue_policy:
+            batching.ClearField("default_queue_policy")
+        elif batching.default_queue_policy.max_queue_size:
+            batching.default_queue_policy.max_queue_size = THROUGHPUT_QUEUE_SIZE
+    if variant.instances is not None:
+        # Same thread budget for every instance count: n instances × (cores / n) intra-op threads each.
+        if "intra_op_thread_count" in config.parameters:
+            threads = max(1, available_cpus() // variant.instances)
+            config.parameters["intra_op_thread_count"].string_value = str(threads)
+        del config.instance_group[:]
+        config.instance_group.add(count=variant.instances, kind=model_config_pb2.ModelInstanceGroup.KIND_CPU)
+    return text_format.MessageToString(config)
 
 
 def build(root: Path, variant: ServingVariant, models: tuple[str, ...] = SENTIMENT_MODELS) -> Path:

@@ -5,6 +5,10 @@ from __future__ import annotations
 import time
 import urllib.request
 
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+
 
 def scrape(metrics_url: str, timeout_s: float = 10.0) -> str:
     with urllib.request.urlopen(metrics_url, timeout=timeout_s) as response:
@@ -12,15 +16,22 @@ def scrape(metrics_url: str, timeout_s: float = 10.0) -> str:
 
 
 def metric_values(text: str, name: str, **labels: str) -> list[float]:
-    """Values of one metric in Prometheus exposition text whose labels include `labels`."""
-    values = []
-    for line in text.splitlines():
-        if not (line.startswith(name + "{") or line.startswith(name + " ")):
-            continue
-        head, _, value = line.rpartition(" ")
-        if all(f'{k}="{v}"' in head for k, v in labels.items()):
-            values.append(float(value))
-    return values
+    """Values of the samples called `name` (e.g. ``nv_inference_count``, ``ropeserve_texts_total``) in Prometheus
+    exposition text whose labels include `labels`."""
+    return [
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if name in _names(family, sample) and all(sample.labels.get(k) == v for k, v in labels.items())
+    ]
+
+
+def _names(family: Metric, sample: Sample) -> set[str]:
+    """The names a sample answers to. prometheus_client's parser appends ``_total`` to every counter sample, also to
+    Triton's, which its exposition (and Prometheus) names without it: ``nv_inference_count``."""
+    if family.type == "counter" and sample.name == family.name + "_total":
+        return {family.name, sample.name}
+    return {sample.name}
 
 
 def metric_sum(metrics_url: str, name: str, **labels: str) -> float:

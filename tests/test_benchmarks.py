@@ -11,6 +11,7 @@ from benchmarks import run
 from benchmarks.onnx_variants import rope_path_nodes
 from benchmarks.profiles import REPOSITORY
 from benchmarks.variant_repository import ServingVariant, rewrite_config
+from serving.ort_backend.session_config import available_cpus
 
 CONFIG = """name: "sentiment"
 max_batch_size: 64
@@ -21,17 +22,30 @@ instance_group [ { count: 2, kind: KIND_CPU } ]
 """
 
 
+def rewritten(variant: ServingVariant, text: str = CONFIG):
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    return text_format.Parse(rewrite_config(text, variant), model_config_pb2.ModelConfig())
+
+
+def groups(config) -> list[tuple[int, int]]:
+    return [(group.count, group.kind) for group in config.instance_group]
+
+
 def test_variant_config_drops_batching_and_sets_instances():
-    text = rewrite_config(CONFIG, ServingVariant(batching=False, instances=1))
-    assert "dynamic_batching" not in text and "default_queue_policy" not in text
-    assert "count: 1, kind: KIND_CPU" in text and "count: 2" not in text
-    assert text.count("{") == text.count("}")
+    config = rewritten(ServingVariant(batching=False, instances=1))
+    assert not config.HasField("dynamic_batching") and config.max_batch_size == 64
+    assert groups(config) == [(1, config.instance_group[0].KIND_CPU)]
 
 
 def test_variant_config_keeps_batching_with_a_raised_queue_limit():
-    text = rewrite_config(CONFIG, ServingVariant(batching=True, instances=2))
-    assert "dynamic_batching {" in text and "max_queue_size: 16" not in text
-    assert "count: 2, kind: KIND_CPU" in text
+    with_threads = CONFIG + 'parameters { key: "intra_op_thread_count", value: { string_value: "1" } }\n'
+    config = rewritten(ServingVariant(batching=True, instances=2), with_threads)
+    assert config.dynamic_batching.default_queue_policy.max_queue_size > 16
+    assert [count for count, _ in groups(config)] == [2]
+    threads = int(config.parameters["intra_op_thread_count"].string_value)
+    assert threads == max(1, available_cpus() // 2)
 
 
 def test_rope_path_is_excluded_from_quantization():
@@ -98,16 +112,16 @@ def test_unknown_section_is_a_clear_error(capsys):
 
 
 def test_served_variant_keeps_the_committed_settings():
-    text = rewrite_config(CONFIG, ServingVariant())
+    config = rewritten(ServingVariant())
     assert ServingVariant().name == "served"
-    assert "dynamic_batching {" in text and "count: 2, kind: KIND_CPU" in text
-    assert "max_queue_size: 16" not in text  # only the queue limit is raised for throughput runs
+    assert config.HasField("dynamic_batching") and [count for count, _ in groups(config)] == [2]
+    policy = config.dynamic_batching.default_queue_policy
+    assert policy.max_queue_size > 16 and policy.timeout_action == policy.REJECT  # only the limit is raised
 
 
 def test_variant_without_queue_policy_keeps_batching():
-    text = rewrite_config(CONFIG, ServingVariant(queue_policy=False))
-    assert "dynamic_batching {" in text and "default_queue_policy" not in text and "max_queue_size" not in text
-    assert text.count("{") == text.count("}")
+    config = rewritten(ServingVariant(queue_policy=False))
+    assert config.HasField("dynamic_batching") and not config.dynamic_batching.HasField("default_queue_policy")
 
 
 def test_train_step_benchmark_prints_both_modes(capsys):

@@ -263,3 +263,23 @@ def test_a_failing_metrics_api_never_fails_the_model(front, capsys):
     flaky.requests(1)
     flaky.batch(2)
     assert not flaky.enabled
+
+
+def test_metric_values_reads_exposition_text_as_prometheus_does():
+    """Triton names its counters without `_total`, the front models with it; labels must match as a subset."""
+    text = (
+        "# HELP nv_inference_count rows\n# TYPE nv_inference_count counter\n"
+        'nv_inference_count{model="sentiment",version="1"} 16\nnv_inference_count{model="translate",version="1"} 4\n'
+        "# HELP ropeserve_texts_total texts\n# TYPE ropeserve_texts_total counter\n"
+        'ropeserve_texts_total{model="sentiment",model_instance="sentiment_0_0"} 3\n'
+        "# HELP nv_inference_request_summary_us latency\n# TYPE nv_inference_request_summary_us summary\n"
+        'nv_inference_request_summary_us{model="sentiment",version="1",quantile="0.5"} 10\n'
+        'nv_inference_request_summary_us_count{model="sentiment",version="1"} 2\n'
+        'nv_inference_count_other{model="sentiment"} 99\n'
+    )
+    assert metric_values(text, "nv_inference_count") == [16, 4]
+    assert metric_values(text, "nv_inference_count", model="sentiment") == [16]
+    assert metric_values(text, "ropeserve_texts_total", model="sentiment") == [3]
+    assert metric_values(text, "nv_inference_request_summary_us", quantile="0.5") == [10]
+    assert metric_values(text, "nv_inference_request_summary_us_count") == [2]
+    assert metric_values(text, "nv_inference_count", model="summarize") == []
