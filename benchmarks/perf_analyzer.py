@@ -2,7 +2,7 @@
 
 ``tritonclient`` 2.73 in the project venv ships an empty placeholder; 2.51.0 ships the binary, which needs
 ``libb64.so.0d`` and ``libcudart.so.12``. Both are inside ``nvidia_pytriton.libs`` under hashed names, so
-they are linked under their plain names into ``<venv>/lib/perf-analyzer-libs`` (DESIGN.md §3).
+they are linked under their plain names into ``<venv>/lib/perf-analyzer-libs``.
 """
 
 from __future__ import annotations

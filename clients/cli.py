@@ -29,7 +29,7 @@ EXIT_OK = 0
 EXIT_REQUEST_FAILED = 1  # the server answered with an error, or did not answer in time
 EXIT_USAGE = 2  # argparse's own code for bad command lines
 EXIT_UNREACHABLE = 3
-DEFAULT_BATCH_SIZE = 8  # a safe batch for every model; sentiment accepts 32 or more
+DEFAULT_BATCH_SIZE = 8  # a safe batch for every model (the explain models take 8); sentiment takes 64
 
 COMMANDS: dict[str, tuple[str, str]] = {  # name -> (one-line help, example)
     "sentiment": (

@@ -12,7 +12,7 @@ Conventions shared by both clients:
 
 - Every method takes one `str` or a sequence of them and always returns a list, one result per text, in
   input order: a lone str is simply a batch of one. One call is one Triton request, so a batch may not exceed
-  the model's ``max_batch_size`` (32 or more for sentiment); split bigger inputs yourself.
+  the model's ``max_batch_size`` (64 for the endpoints, 8 for the explain models); split bigger inputs yourself.
 - `max_new_tokens` / `num_beams` left as None are not sent, so the server's defaults apply (4 beams).
 - Failures raise `ClientError` (`ServerUnreachable` when nothing answers). Overload and unreachable servers
   are retried per `RetryPolicy` (3 attempts by default; pass ``retry=None`` to turn that off), because all

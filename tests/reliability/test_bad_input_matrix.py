@@ -1,4 +1,4 @@
-"""Every bad input of issue 6, for every public model, over gRPC and HTTP, against the real server.
+"""Every kind of bad input, for every public model, over gRPC and HTTP, against the real server.
 
 Each case gets an error that names the field (INVALID_ARGUMENT / HTTP 400) or, where the contract says so, an
 answer (long texts are truncated; odd but readable text is text). Afterwards the server still answers.

@@ -2,7 +2,7 @@
 
 The front models' configs cap the queue (`default_queue_policy`: max_queue_size, REJECT after a timeout). This
 test measures the endpoint's capacity with a closed loop, then offers 4× that rate open-loop (requests sent on a
-clock, whatever the answers) and checks what issue 6 asks: rejections come back at once as UNAVAILABLE, the
+clock, whatever the answers) and checks that rejections come back at once as UNAVAILABLE, the
 accepted requests keep a bounded latency, the server's memory stays bounded, Triton's metrics count the
 rejections it can count, and the server serves normally afterwards. Numbers go to the test log (-s).
 """
