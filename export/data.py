@@ -38,7 +38,7 @@ def read_sentiment(data_dir: Path = DEFAULT_DATA_DIR) -> list[LabelledText]:
     """All three sentiment sets, de-duplicated; texts seen with both labels are dropped (ambiguous)."""
     root = Path(data_dir) / "sentiment"
     if not root.is_dir():
-        raise FileNotFoundError(f"no sentiment data under {root}; pass --data-dir (see README: Data)")
+        raise FileNotFoundError(f"no sentiment data under {root}; pass --data-dir (see docs/models.md)")
     rows: list[LabelledText] = []
     for name, path in [
         ("waimai_10k", root / "waimai_10k" / "waimai_10k.csv"),

@@ -1,6 +1,6 @@
 """Request texts for the load test: the real test sets when a data directory is given, else a small built-in list.
 
-Files read under ``--data-dir`` (the layout of the project's data directory, see the README):
+Files read under ``--data-dir`` (the layout of the project's data directory, see docs/models.md):
 ``sentiment/waimai_10k/waimai_10k.csv`` (``label,review``), ``translation/tatoeba_test_zh_en.tsv``
 (``zh<TAB>en`` with a header) and ``summarization/clge_lcsts_csl/lcsts_val.tsv`` (``summary<TAB>text``).
 """

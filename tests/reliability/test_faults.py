@@ -1,6 +1,6 @@
 """Faults: a killed stub, SIGTERM under load, a broken model file, a restart under load.
 
-Each test runs a server of its own and prints what it measured (run with -s); README's reliability table holds
+Each test runs a server of its own and prints what it measured (run with -s); docs/reliability.md's table holds
 those numbers.
 """
 

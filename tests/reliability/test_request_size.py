@@ -190,8 +190,8 @@ def test_keep_alive_connections_carry_many_requests(triton) -> None:
 
 
 def test_without_the_guard_4200_kib_of_json_kills_triton(start_server) -> None:
-    """Why the guard exists (the numbers in README's security table): sent as `curl -d` sends it, Triton 2.51
-    answers a 3,900 KiB body and dies with SIGSEGV on 4,200 KiB."""
+    """Why the guard exists (the numbers in docs/reliability.md's security table): sent as `curl -d` sends it,
+    Triton 2.51 answers a 3,900 KiB body and dies with SIGSEGV on 4,200 KiB."""
     server = start_server(["sentiment", "sentiment_encoder"], http_guard=False)
     assert post_json(server, infer_body(["a" * (4200 << 10)]))[0] == 400  # JSON content type: answered
     assert post_json(server, infer_body(["a" * (3900 << 10)]), {"Content-Type": FORM})[0] == 400
