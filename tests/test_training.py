@@ -267,3 +267,13 @@ def test_a_translate_run_with_extra_corpora_trains_on_them_and_scores_wmt(fake_d
     assert more["extra_corpora"] == ["bmeld", "cedict"] and more["splits"]["test"] == plain["splits"]["test"]
     assert set(more["other_tests"]["wmt_newstest"]) == {"greedy", "beam4"}
     assert more["splits"]["wmt_newstest"] == 1
+
+
+def test_name_probes_count_a_name_in_any_accepted_spelling():
+    from export.name_probes import NAMED, wrong_names
+
+    assert len(NAMED) >= 30
+    right = ["Beijing is the capital of China." if s == "北京是中国的首都。" else p for s, p in NAMED]
+    assert wrong_names(right)[:1] == []  # the first output names Beijing
+    kyoto = ["Kyoto is the capital of China.", *right[1:]]
+    assert wrong_names(kyoto) == [f"{NAMED[0][0]} → 'Kyoto is the capital of China.' (wanted Beijing)"]
