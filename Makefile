@@ -9,7 +9,7 @@ NGC_ORT_VERSION := 1.19.2
 PERF_ANALYZER := .cache/perf-analyzer
 DATA_DIR   ?= ../shared/data
 
-.PHONY: help venv repository serve test test-fast lint train-sentiment clean loadtest compose-config compose-test \
+.PHONY: help venv repository serve test test-unit test-fast lint train-sentiment clean loadtest compose-config compose-test \
         wheelhouse kubernetes-validate perf-analyzer bench
 
 help:  ## list the targets
@@ -47,6 +47,9 @@ lint: venv  ## ruff
 
 test: venv $(NGC_ORT)/.installed $(PERF_ANALYZER)/.installed repository lint wheelhouse  ## lint + the whole test suite (real Triton servers, and the compose stack: root)
 	$(PY) -m pytest -q
+
+test-unit: venv  ## the tests that start no server and export nothing (under a minute)
+	$(PY) -m pytest -q -m "not server and not compose and not export"
 
 test-fast: venv $(NGC_ORT)/.installed $(PERF_ANALYZER)/.installed repository lint  ## everything but the compose stack
 	$(PY) -m pytest -q -m "not compose"

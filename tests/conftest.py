@@ -1,4 +1,9 @@
-"""Shared fixtures: one real Triton server on the built model repository, for the whole session."""
+"""Shared fixtures: one real Triton server on the built model repository, for the whole session.
+
+Markers: a test that uses a server fixture (below, `server` in test_embedded_server.py, `start_server` in
+reliability/) is marked `server` here; a test that starts a server by hand carries the mark itself; `export` marks
+the ONNX export and parity modules, `compose` the Docker stack. `make test-unit` runs what is none of these.
+"""
 
 from __future__ import annotations
 
@@ -26,6 +31,15 @@ def triton():
     server.start()
     yield server
     server.stop()
+
+
+SERVER_FIXTURES = {"triton", "server", "start_server"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.server)
 
 
 NGC_ORT_PYTHON = ROOT / ".cache" / "ort-ngc" / "bin" / "python"

@@ -62,6 +62,7 @@ def _finite_positive(summary: dict) -> bool:
     return summary["n"] >= 1 and all(math.isfinite(v) and v > 0 for v in summary["values"])
 
 
+@pytest.mark.server
 def test_smoke_run_writes_results(tmp_path, fake_data_dir):
     argv = ["--smoke", "--out", str(tmp_path), "--name", "smoke", "--data-dir", str(fake_data_dir)]
     assert run.main(argv) == 0

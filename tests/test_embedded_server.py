@@ -288,6 +288,7 @@ def test_metrics_endpoint_serves_latency_summaries(server: EmbeddedTriton, grpc)
     assert "nv_inference_request_summary_us" in text  # --metrics-config=summary_latencies=true
 
 
+@pytest.mark.server
 def test_stop_leaves_no_process_and_no_shm_and_guards_model_control(repo: Path) -> None:
     """A second server (explicit mode, model control on): only the listed model loads; loading another needs
     the key; after stop() neither the server nor its stubs nor its /dev/shm segments remain."""
@@ -330,6 +331,7 @@ def test_busy_port_is_a_clear_error(repo: Path) -> None:
             EmbeddedTriton(options).start()
 
 
+@pytest.mark.server
 def test_model_that_fails_to_load_is_reported_quickly(tmp_path: Path) -> None:
     repo = build_toy_repository(tmp_path)
     (repo / "toy_seq" / "1" / "model.onnx").write_bytes(b"this is not an onnx file")
@@ -485,6 +487,7 @@ def test_object_storage_repositories_and_native_installs_change_only_their_flags
     assert f"--model-repository={tmp_path.resolve()}" in local and "--cache-directory=/c" in local
 
 
+@pytest.mark.server
 def test_liveness_through_the_guard_sees_a_dead_server(repo: Path) -> None:
     """Triton's /v2/health/live cannot answer for a dead Triton; the launcher's guard answers 503 and says why."""
     server = EmbeddedTriton(server_options(repo, models=["toy_python"])).start()
@@ -500,6 +503,7 @@ def test_liveness_through_the_guard_sees_a_dead_server(repo: Path) -> None:
         server.kill()
 
 
+@pytest.mark.server
 def test_a_tritonserver_binary_of_your_choice_runs_with_its_own_backends(repo: Path, tmp_path: Path) -> None:
     """`--tritonserver` (what the NGC image uses): the launcher runs that binary with the backends beside it,
     building nothing. Here the wheel's binary stands in, with a backends folder laid out in advance."""

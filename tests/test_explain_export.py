@@ -28,6 +28,8 @@ from serving.frontends.explain import (
     target_rows,
 )
 
+pytestmark = pytest.mark.export  # exports and runs ONNX models: seconds each
+
 ENC_CFG = ModelConfig(vocab_size=300, d_model=64, n_heads=4, n_layers=3, d_ff=128, dropout=0.0)
 S2S_CFG = ModelConfig(vocab_size=80, tgt_vocab_size=90, d_model=32, n_heads=4, n_layers=2, n_decoder_layers=2, d_ff=64)
 

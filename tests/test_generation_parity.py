@@ -17,6 +17,8 @@ from export import seq2seq
 from export.parity import agreement
 from export.seq2seq_export import export_generator
 
+pytestmark = pytest.mark.export  # exports and runs ONNX generators: seconds each
+
 ROOT = Path(__file__).resolve().parents[1]
 CHECKPOINT = ROOT / "checkpoints" / "translate"
 SENTENCES = [

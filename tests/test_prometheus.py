@@ -26,6 +26,8 @@ import yaml
 from serving.dashboard import GPU_ONLY_METRICS, dashboard_queries, metric_names
 from serving.embedded import free_ports
 
+pytestmark = pytest.mark.server  # a real Prometheus scrapes a real server
+
 ROOT = Path(__file__).resolve().parents[1]
 INSTALL_HINT = (
     "prometheus is not installed. On Debian/Ubuntu: "

@@ -19,6 +19,8 @@ from export.seq2seq_export import (
 )
 from export.tokenizer import strip_generated
 
+pytestmark = pytest.mark.export  # exports and runs ONNX generators: seconds each
+
 SIZES = dict(d_model=32, n_heads=4, n_layers=2, n_decoder_layers=2, d_ff=64, max_len=48)
 CFG = ModelConfig(vocab_size=64, tgt_vocab_size=64, **SIZES)
 MAX_LEN = 24  # generator cap on max_length (bos + generated tokens)

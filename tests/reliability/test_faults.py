@@ -25,6 +25,8 @@ from clients import Client, RetryPolicy
 from serving.embedded import SHM_ROOT, EmbeddedTriton, free_ports, process_group_members
 from serving.watchdog import command_line
 
+pytestmark = pytest.mark.server  # every test here starts a server of its own
+
 ROOT = Path(__file__).resolve().parents[2]
 SENTIMENT = ["sentiment", "sentiment_encoder"]
 TRANSLATE = ["translate", "translate_generator"]
