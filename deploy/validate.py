@@ -38,6 +38,12 @@ GPU_RESOURCE = "nvidia.com/gpu"
 MERGE_KEYS = {"containers": "name", "env": "name", "volumes": "name", "volumeMounts": "mountPath"}
 
 
+def stop_seconds(exit_timeout: int) -> int:
+    """The longest a launcher takes to stop: the front models drain (up to the exit timeout), then tritonserver
+    gets SIGTERM and up to the exit timeout again, plus 5 s (serving.embedded._shutdown)."""
+    return 2 * exit_timeout + 5
+
+
 def load(paths: list[Path]) -> list[tuple[Path, dict]]:
     docs = []
     for path in paths:
@@ -227,8 +233,11 @@ def launcher_problems(pod_spec: dict, container: dict) -> list[str]:
     grace = pod_spec.get("terminationGracePeriodSeconds", 30)
     if exit_timeout is None:
         problems.append("set ROPESERVE_EXIT_TIMEOUT (the launcher's drain) so the grace period can be checked")
-    elif not str(exit_timeout).isdigit() or grace <= int(exit_timeout):
-        problems.append(f"terminationGracePeriodSeconds {grace} must exceed the launcher's exit timeout {exit_timeout}")
+    elif not str(exit_timeout).isdigit() or grace <= stop_seconds(int(exit_timeout)):
+        problems.append(
+            f"terminationGracePeriodSeconds {grace} must exceed the launcher's longest stop, "
+            f"{stop_seconds(int(exit_timeout))} s for exit timeout {exit_timeout}"
+        )
     config_name = str(flags.get("model-config-name", env.get("ROPESERVE_MODEL_CONFIG_NAME", ""))).lower()
     resources = container.get("resources", {})
     has_gpu = any(GPU_RESOURCE in resources.get(part, {}) for part in ("requests", "limits"))

@@ -19,6 +19,9 @@ from serving.__main__ import build_parser
 ROOT = Path(__file__).resolve().parents[1]
 K8S = ROOT / "deploy" / "k8s"
 VALIDATE = ROOT / "deploy" / "validate.py"
+sys.path.insert(0, str(VALIDATE.parent))
+from validate import stop_seconds  # noqa: E402
+
 GPU = "nvidia.com/gpu"
 
 
@@ -74,7 +77,7 @@ def test_the_pod_runs_the_launcher_which_the_probes_reach(variant, monkeypatch):
     deployment = rendered()[variant]
     container, args = launcher_args(deployment, monkeypatch)
     assert "command" not in container  # the image's entrypoint, python -m serving, not tritonserver
-    assert deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > args.exit_timeout
+    assert deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > stop_seconds(args.exit_timeout)
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports["http"] == args.http_port  # the launcher's HTTP guard, which answers liveness
     liveness = container["livenessProbe"]["httpGet"]
@@ -140,7 +143,12 @@ def test_broken_links_between_objects_are_caught(tmp_path):
             "k8s: the container must run the image's launcher",
         ),
         ("deployment.yaml", "path: /v2/health/live", "path: /v2/health/ready", "probes should be"),
-        ("deployment.yaml", 'value: "30"', 'value: "60"', "must exceed the launcher's exit timeout 60"),
+        (
+            "deployment.yaml",
+            'value: "30"',
+            'value: "60"',
+            "must exceed the launcher's longest stop, 125 s for exit timeout 60",
+        ),
         # the cpu component forgets the CPU configs: a pod without a GPU would load KIND_GPU config.pbtxt
         (
             "cpu/deployment-cpu.yaml",
