@@ -25,22 +25,26 @@ PYPROJECT = next((p for p in (HERE.parent / "pyproject.toml", HERE / "pyproject.
 REQUIREMENT = re.compile(r'"([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?((?:==|>=|<=|~=|<|>)[^"]*)"')
 
 
+def normalise(name: str) -> str:
+    """A distribution name as pip compares them (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def pinned(pyproject_text: str) -> dict[str, str]:
     """Normalised name → the requirement string as pyproject.toml writes it (extras kept)."""
     found: dict[str, str] = {}
     for match in REQUIREMENT.finditer(pyproject_text):
-        name = re.sub(r"[-_.]+", "-", match.group(1)).lower()
-        found.setdefault(name, match.group(0).strip('"'))
+        found.setdefault(normalise(match.group(1)), match.group(0).strip('"'))
     return found
 
 
 def requirements(names: list[str], pyproject_text: str | None = None) -> list[str]:
     """The pinned requirement of each name; a name pyproject.toml does not pin is an error."""
     pins = pinned(pyproject_text if pyproject_text is not None else PYPROJECT.read_text())
-    missing = [name for name in names if re.sub(r"[-_.]+", "-", name).lower() not in pins]
+    missing = [name for name in names if normalise(name) not in pins]
     if missing:
         raise SystemExit(f"pyproject.toml pins no {', '.join(missing)}")
-    return [pins[re.sub(r"[-_.]+", "-", name).lower()] for name in names]
+    return [pins[normalise(name)] for name in names]
 
 
 def dockerfile_names(dockerfile_text: str, no_deps: bool) -> list[str]:

@@ -98,7 +98,8 @@ class StubWatchdog(threading.Thread):
         What the launcher's liveness answer reports: Triton's own ``/v2/health/live`` stays 200 with a dead stub.
         """
         now = time.monotonic()
-        broken = sorted(self._abandoned | {m for m, since in self._pending.items() if now - since > self.patience_s})
+        pending = list(self._pending.items())  # one C-level copy: the watchdog thread may be changing it
+        broken = sorted(set(self._abandoned) | {m for m, since in pending if now - since > self.patience_s})
         if not broken:
             return None
         return f"the Python-backend stub of {', '.join(broken)} died and was not brought back"

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+import raw_http
 
 from serving.embedded import free_ports
 from serving.http_guard import DEFAULT_MAX_BODY_BYTES, HeadError, HttpGuard, parse_request
@@ -177,14 +178,7 @@ def start_guard(upstream):
 
 
 def exchange(guard: HttpGuard, raw: bytes) -> bytes:
-    """Send raw bytes, close the sending side, read until the guard closes."""
-    with socket.create_connection(("127.0.0.1", guard.port), timeout=10) as sock:
-        sock.sendall(raw)
-        sock.shutdown(socket.SHUT_WR)
-        data = b""
-        while chunk := sock.recv(1 << 16):
-            data += chunk
-    return data
+    return raw_http.exchange("127.0.0.1", guard.port, raw, timeout_s=10)
 
 
 def statuses(data: bytes) -> list[int]:

@@ -92,8 +92,7 @@ def test_the_pod_runs_the_launcher_which_the_probes_reach(variant, monkeypatch):
 def test_rendering_agrees_with_kustomize(tmp_path):
     """validate.py renders the cpu component itself (no binary needed); kubectl's kustomize must agree."""
     kubectl = shutil.which("kubectl")
-    if kubectl is None or subprocess.run([kubectl, "kustomize", str(K8S)], capture_output=True).returncode != 0:
-        pytest.skip("no kubectl with kustomize here")
+    assert kubectl, "this test needs kubectl (its built-in kustomize): https://kubernetes.io/docs/tasks/tools/"
     overlay = tmp_path / "overlay"
     overlay.mkdir()
     up = os.path.relpath(K8S, overlay)  # kustomize refuses absolute paths

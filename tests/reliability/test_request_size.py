@@ -10,11 +10,11 @@ from __future__ import annotations
 import http.client
 import json
 import re
-import socket
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+from raw_http import exchange
 from reliability_helpers import CLIENTS, connect, infer, text_input
 from tritonclient.utils import InferenceServerException
 
@@ -33,18 +33,6 @@ def post_json(server, body: bytes, headers: dict | None = None) -> tuple[int, di
         return response.status, json.loads(response.read() or b"{}")
     finally:
         conn.close()
-
-
-def exchange(server, raw: bytes) -> bytes:
-    """Send raw bytes, close the sending side, read until the server closes."""
-    host, port = server.http_address.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=60) as sock:
-        sock.sendall(raw)
-        sock.shutdown(socket.SHUT_WR)
-        data = b""
-        while chunk := sock.recv(1 << 16):
-            data += chunk
-    return data
 
 
 def infer_body(texts: list[str]) -> bytes:
@@ -147,7 +135,8 @@ REFUSED = {
 @pytest.mark.parametrize("case", REFUSED)
 def test_malformed_requests_are_refused_and_the_server_lives(triton, pid: int, case: str) -> None:
     raw, status = REFUSED[case]
-    data = exchange(triton, raw)
+    host, port = triton.http_address.rsplit(":", 1)
+    data = exchange(host, int(port), raw)
     assert re.findall(rb"HTTP/1\.1 (\d{3}) ", data) == [str(status).encode()]
     assert "error" in json.loads(data.partition(b"\r\n\r\n")[2])
     assert_still_serving(triton, pid)
