@@ -13,11 +13,12 @@ from typing import Any
 
 import torch
 
-from benchmarks import threads
+from benchmarks import data, threads
 from benchmarks.onnx_variants import session
 from benchmarks.profiles import CHECKPOINTS, REPOSITORY, Profile
 from benchmarks.stats import interleaved, summarize
 from export import seq2seq
+from export.data import Pair
 from export.generation import greedy
 from export.seq2seq_export import generate_onnx
 from export.training import pad_batch
@@ -30,13 +31,22 @@ BASE_VARIANTS = (EAGER, OP_GREEDY, OP_BEAM4)
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
-def test_batches(task: str, profile: Profile, batch_size: int, src_tokenizer: Any, tgt_tokenizer: Any) -> list[Batch]:
-    """``generation_sentences`` test sentences of the task, in test-file order, cut into padded batches."""
-    spec = seq2seq.TASKS[task]
-    pairs = spec.reader(profile.data_dir)[1]
+def source_pairs(task: str, profile: Profile, count: int) -> tuple[list[Pair], str]:
+    """The first ``count`` test pairs of the task, in test-file order, and where they came from; without the
+    task's data, built-in source texts (no reference: generation speed needs none)."""
+    if data.available(profile.data_dir, task):
+        return seq2seq.TASKS[task].reader(profile.data_dir)[1][:count], "test split"
+    return [Pair(text, "") for text in data.fallback_texts(task, count)], data.BUILT_IN
+
+
+def test_batches(
+    task: str, profile: Profile, batch_size: int, src_tokenizer: Any, tgt_tokenizer: Any
+) -> tuple[list[Batch], str]:
+    """``generation_sentences`` test sentences of the task cut into padded batches, and their source."""
     count = max(batch_size, profile.generation_sentences // batch_size * batch_size)
-    sources = [src for src, _ in seq2seq.encode_pairs(pairs[:count], src_tokenizer, tgt_tokenizer, spec)]
-    return [pad_batch(sources[i : i + batch_size]) for i in range(0, len(sources), batch_size)]
+    pairs, source = source_pairs(task, profile, count)
+    sources = [src for src, _ in seq2seq.encode_pairs(pairs, src_tokenizer, tgt_tokenizer, seq2seq.TASKS[task])]
+    return [pad_batch(sources[i : i + batch_size]) for i in range(0, len(sources), batch_size)], source
 
 
 def timed_pass(generate: Callable[[torch.Tensor, torch.Tensor], list[list[int]]], batches: list[Batch]) -> dict:
@@ -68,7 +78,7 @@ def measure_task(task: str, profile: Profile) -> list[dict[str, Any]]:
             variants[name + suffix] = partial(_generate_onnx, sess, new_tokens, beams, model.cfg)
     rows = []
     for batch_size in profile.generation_batches:
-        batches = test_batches(task, profile, batch_size, src_tok, tgt_tok)
+        batches, source = test_batches(task, profile, batch_size, src_tok, tgt_tok)
         for generate in variants.values():  # warm-up: first-call allocations, thread pools
             generate(*batches[0])
         runs = interleaved(
@@ -82,6 +92,7 @@ def measure_task(task: str, profile: Profile) -> list[dict[str, Any]]:
                 "batch": batch_size,
                 "max_new_tokens": new_tokens,
                 "sentences": sum(len(ids) for ids, _ in batches),
+                "texts": source,
                 "sentences_per_s": {name: summarize([r["sentences_per_s"] for r in rs]) for name, rs in runs.items()},
                 "tokens_per_s": {name: summarize([r["tokens_per_s"] for r in rs]) for name, rs in runs.items()},
                 "generated_tokens": {name: rs[0]["tokens"] for name, rs in runs.items()},

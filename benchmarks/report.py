@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks import generation, runtime, threads
+from benchmarks import data, generation, runtime, threads
 
 
 def _cell(summary: dict[str, Any], digits: int = 0) -> str:
@@ -46,7 +46,11 @@ def _runtime(section: dict[str, Any]) -> list[str]:
             + [_ratio(rates, runtime.FUSED, runtime.EAGER), _ratio(rates, runtime.INT8, runtime.FUSED)]
         )
     accuracy = section["accuracy"]
-    rows.append(["accuracy", f"n={accuracy['n']}", *(f"{accuracy[n] * 100:.2f}%" for n in names), "", ""])
+    unmeasured = accuracy.get("not_measured")
+    if unmeasured:
+        rows.append(["accuracy", "", *(["not measured"] * len(names)), "", ""])
+    else:
+        rows.append(["accuracy", f"n={accuracy['n']}", *(f"{accuracy[n] * 100:.2f}%" for n in names), "", ""])
     header = ["batch", "seq", *names, "fused/eager", "int8/fused"]
     excluded = ", ".join(section["variants"][runtime.INT8]["excluded_from_quantization"]) or "none"
     return [
@@ -54,6 +58,7 @@ def _runtime(section: dict[str, Any]) -> list[str]:
         "",
         *_table(header, rows),
         "",
+        *([f"Accuracy: not measured ({unmeasured}).", ""] if unmeasured else []),
         "Ratios compare each variant at its better thread count. "
         f"int8: dynamic quantization of MatMul weights; RoPE-path nodes excluded: {excluded}.",
         "",
@@ -72,7 +77,9 @@ def _generation(section: dict[str, Any]) -> list[str]:
         )
     header = ["task", "batch", "new tokens", *names, "op greedy/eager"]
     title = "## 2. Generation: sentences/s (generated tokens/s), all cores / 1 thread"
-    return [title, "", *_table(header, rows), ""]
+    built_in = sorted({row["task"] for row in section["rows"] if row.get("texts") == data.BUILT_IN})
+    note = [f"No test set for {', '.join(built_in)}: measured on the load test's built-in texts.", ""]
+    return [title, "", *_table(header, rows), "", *(note if built_in else [])]
 
 
 def _latencies(cell: dict[str, Any]) -> str:
@@ -91,6 +98,8 @@ def _serving(section: dict[str, Any]) -> list[str]:
                 + [f"{_cell(cells[n]['throughput'])} ({_latencies(cells[n])})" for n in names]
             )
         lines += [f"**{tool}**", "", *_table(["concurrency", *names], rows), ""]
+    if section.get("texts_source") == data.BUILT_IN:
+        lines += ["No sentiment test split: requests are the load test's built-in reviews.", ""]
     overhead = section["overhead_c1"]
     lines += [
         f"Triton overhead at concurrency {overhead['concurrency']}: end-to-end p50 {overhead['e2e_p50_ms']:.2f} ms "
@@ -155,6 +164,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"torch {machine['torch']}, onnxruntime {machine['onnxruntime']}",
         f"- load average (1/5/15 min) at start {meta['load_start']}, at end {meta['load_end']}",
         f"- cells: median [min–max] over {meta['profile']['repetitions']} interleaved repetitions",
+        *(f"- data: {line}" for line in meta.get("data", {}).get("missing", [])),
         "",
     ]
     sections = {"runtime": _runtime, "generation": _generation, "serving": _serving, "ceiling": _ceiling}

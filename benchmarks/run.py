@@ -7,14 +7,16 @@ import json
 import shlex
 import sys
 import tempfile
+import textwrap
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks import ceiling, checks, plots, report
+from benchmarks import ceiling, checks, data, plots, report
 from benchmarks.profiles import ROOT, SECTIONS, profile
 from benchmarks.stats import load_average, machine
+from export.data import DEFAULT_DATA_DIR
 
 DEFAULT_OUT = ROOT / "benchmarks" / "results"
 
@@ -22,13 +24,16 @@ DEFAULT_OUT = ROOT / "benchmarks" / "results"
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks",
-        description=(
+        description=textwrap.fill(
             "Measure every layer of ropeserve against its baseline on this machine, in one run: model runtime "
             "(PyTorch eager vs ORT decomposed/fused/int8), generation (eager greedy loop vs the BeamSearch op), "
             "serving (Triton with/without dynamic batching, 1 or 2 instances, via perf_analyzer and the async "
             "client; a FastAPI + PyTorch baseline) and the machine's matmul ceiling. Writes <out>/<name>.json, "
-            "<name>.md and <name>_*.png. Needs `make repository` and `make perf-analyzer` (make bench does both)."
+            "<name>.md and <name>_*.png. Needs `make repository` and `make perf-analyzer` (make bench does both).",
+            width=100,
         ),
+        epilog=data.describe(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_const", const="quick", dest="mode", help="shorter runs (< 5 min)")
@@ -43,7 +48,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=",".join(SECTIONS),
         help="comma-separated subset of %(default)s",
     )
-    parser.add_argument("--data-dir", type=Path, help="datasets folder (default: ../shared/data or ROPESERVE_DATA_DIR)")
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        help=f"datasets folder, read as listed below (default: {DEFAULT_DATA_DIR}; $ROPESERVE_DATA_DIR sets it)",
+    )
     args = parser.parse_args(argv)
     unknown = set(args.sections.split(",")) - set(SECTIONS)
     if unknown:
@@ -76,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     prof = profile(args.mode, args.data_dir)
     name = args.name or args.mode
     sections = args.sections.split(",")
+    missing = data.plan(prof.data_dir, sections)
+    for line in missing:
+        print(f"[bench] {line}", file=sys.stderr, flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     started, load_start = time.perf_counter(), load_average()
     meta: dict[str, Any] = {
@@ -85,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         "profile": prof.to_dict(),
         "machine": machine(),
         "load_start": load_start,
+        "data": {"dir": str(prof.data_dir), "missing": missing},
     }
     with tempfile.TemporaryDirectory(prefix="ropeserve-bench-") as tmp:
         results: dict[str, Any] = run_sections(sections, prof, Path(tmp))

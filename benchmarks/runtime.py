@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from benchmarks import threads
+from benchmarks import data, threads
 from benchmarks.onnx_variants import OrtClassifier, export_decomposed, quantize_int8, session
 from benchmarks.profiles import CHECKPOINTS, REPOSITORY, Profile
 from benchmarks.stats import interleaved, rate, summarize
@@ -80,8 +80,11 @@ def throughput_calls(
     return calls
 
 
-def accuracy(modules: dict[str, nn.Module], tokenizer: Any, max_tokens: int, profile: Profile) -> dict[str, float]:
-    """Test-split accuracy of every variant, with the evaluation code that produced the checkpoint metrics."""
+def accuracy(modules: dict[str, nn.Module], tokenizer: Any, max_tokens: int, profile: Profile) -> dict[str, Any]:
+    """Test-split accuracy of every variant, with the evaluation code that produced the checkpoint metrics;
+    without the sentiment data, only the reason it was not measured."""
+    if not data.available(profile.data_dir, "sentiment"):
+        return {"not_measured": f"no data at {data.where(profile.data_dir, 'sentiment')}"}
     test_rows = seeded_split(read_sentiment(profile.data_dir), key=lambda r: r.text)[2]
     if profile.accuracy_limit:
         test_rows = test_rows[: profile.accuracy_limit]

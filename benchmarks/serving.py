@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import perf_analyzer
+from benchmarks import data, perf_analyzer
 from benchmarks.load import drive_http_json, drive_triton, fastapi_server
 from benchmarks.onnx_variants import session
 from benchmarks.profiles import REPOSITORY, Profile
@@ -38,10 +38,13 @@ REFERENCE = SERVED.name
 FASTAPI = "fastapi_pytorch"
 
 
-def request_texts(profile: Profile) -> list[str]:
-    """Real reviews from the sentiment test split, the traffic every server gets."""
+def request_texts(profile: Profile) -> tuple[list[str], str]:
+    """The traffic every server gets, and its source: real reviews from the sentiment test split, or without
+    the sentiment data the load test's built-in reviews."""
+    if not data.available(profile.data_dir, "sentiment"):
+        return data.fallback_texts("sentiment"), data.BUILT_IN
     rows = seeded_split(read_sentiment(profile.data_dir), key=lambda r: r.text)[2]
-    return [row.text for row in rows[: profile.serving_texts]]
+    return [row.text for row in rows[: profile.serving_texts]], "sentiment test split"
 
 
 def raw_ort_latency(texts: list[str], repetitions: int) -> dict[str, float]:
@@ -118,7 +121,7 @@ def measure_point(
 
 
 def measure(profile: Profile, workdir: Path) -> dict[str, Any]:
-    texts = request_texts(profile)
+    texts, source = request_texts(profile)
     input_data = perf_analyzer.write_input_data(texts, workdir / "perf_analyzer_input.json")
     perf_analyzer.locate()  # fail before starting five servers, not after
     with contextlib.ExitStack() as stack:
@@ -141,6 +144,7 @@ def measure(profile: Profile, workdir: Path) -> dict[str, Any]:
         "variants": {v.name: {"dynamic_batching": v.batching, "instances": v.instances} for v in VARIANTS},
         "reference": REFERENCE,
         "texts": len(texts),
+        "texts_source": source,
         "mean_characters": float(np.mean([len(t) for t in texts])),
         "points": points,
         "raw_ort": raw,

@@ -1,4 +1,4 @@
-"""Smoke checks of the benchmark harness: a tiny run writes sane JSON, Markdown and PNGs. No timing asserted."""
+"""The benchmark harness: a tiny run writes sane JSON, Markdown and PNGs; a run without data says what it lacks."""
 
 from __future__ import annotations
 
@@ -7,10 +7,14 @@ import math
 
 import pytest
 
-from benchmarks import run
+from benchmarks import checks, data, generation, report, run, runtime, serving, threads
 from benchmarks.onnx_variants import rope_path_nodes
-from benchmarks.profiles import REPOSITORY
+from benchmarks.profiles import REPOSITORY, SECTIONS, profile
+from benchmarks.stats import summarize
 from benchmarks.variant_repository import ServingVariant, rewrite_config
+from export import seq2seq
+from export.data import read_sentiment
+from loadtest.texts import load_texts
 from serving.ort_backend.session_config import available_cpus
 
 CONFIG = """name: "sentiment"
@@ -131,3 +135,65 @@ def test_train_step_benchmark_prints_both_modes(capsys):
     assert train_step.main(["--threads", "1", "--repeats", "1"]) == 0
     line = capsys.readouterr().out
     assert "fp32" in line and "bf16" in line and "speed-up" in line
+
+
+def test_missing_data_is_listed_file_by_file_before_the_run(tmp_path):
+    lines = data.plan(tmp_path, SECTIONS)
+    listed = {line.split(": ")[0].removeprefix("missing ") for line in lines}
+    assert listed == {str(tmp_path / name) for names in data.FILES.values() for name in names}
+    waimai = next(line for line in lines if "waimai_10k.csv" in line)
+    assert "runtime reads it" in waimai and "accuracy is not measured" in waimai and "serving reads it" in waimai
+    assert data.plan(tmp_path, ["ceiling"]) == []  # only the sections that run are checked
+
+
+def test_the_listed_files_are_the_ones_the_readers_open(fake_data_dir, tmp_path_factory):
+    readers = {"sentiment": read_sentiment, **{task: spec.reader for task, spec in seq2seq.TASKS.items()}}
+    for dataset, names in data.FILES.items():
+        copy = tmp_path_factory.mktemp(dataset)
+        for name in names:
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            (copy / name).write_bytes((fake_data_dir / name).read_bytes())
+        readers[dataset](copy)  # the listed files suffice
+        for name in names:  # and each one is needed
+            held = (copy / name).rename(copy / "held")
+            with pytest.raises(FileNotFoundError):
+                readers[dataset](copy)
+            held.rename(copy / name)
+
+
+def test_sections_without_data_measure_on_built_in_texts_or_say_why_not(tmp_path):
+    prof = profile("smoke", tmp_path)
+    built_in = load_texts(None)[0]  # the load test's texts for a run without data
+    assert runtime.accuracy({}, None, 0, prof) == {"not_measured": f"no data at {tmp_path / 'sentiment'}"}
+    assert serving.request_texts(prof) == (built_in["sentiment"], data.BUILT_IN)
+    pairs, source = generation.source_pairs("summarize", prof, len(built_in["summarize"]) + 1)
+    assert [p.source for p in pairs] == [*built_in["summarize"], built_in["summarize"][0]]
+    assert source == data.BUILT_IN
+
+
+def test_report_without_sentiment_data_says_accuracy_was_not_measured(tmp_path):
+    names = [runtime.EAGER, runtime.DECOMPOSED, runtime.FUSED, runtime.INT8]
+    rates = {name + suffix: summarize([100.0]) for name in names for suffix in ("", threads.ONE_THREAD_SUFFIX)}
+    section = {
+        "shapes": [{"batch": 8, "sequence": 128, "sequences_per_s": rates}],
+        "variants": {runtime.INT8: {"excluded_from_quantization": []}},
+        "accuracy": runtime.accuracy({}, None, 0, profile("smoke", tmp_path)),
+    }
+    missing = data.plan(tmp_path, ["runtime"])
+    meta = {
+        "name": "no-data",
+        "command": "python -m benchmarks",
+        "started": "2025-01-01T00:00:00+00:00",
+        "seconds": 1.0,
+        "machine": {"cpus_usable": 2, "torch": "?", "onnxruntime": "?"},
+        "load_start": [0, 0, 0],
+        "load_end": [0, 0, 0],
+        "profile": {"name": "smoke", "repetitions": 1},
+        "data": {"dir": str(tmp_path), "missing": missing},
+    }
+    results = {"meta": meta, "runtime": section}
+    results["checks"] = checks.evaluate(results)
+    assert [c["name"] for c in results["checks"] if "accuracy" in c["name"]] == []
+    markdown = report.markdown(results)
+    assert f"not measured (no data at {tmp_path / 'sentiment'})" in markdown
+    assert all(f"- data: {line}" in markdown for line in missing)
