@@ -1,19 +1,21 @@
 """Check a model repository before starting Triton, so a missing ``model.onnx`` is one clear sentence.
 
 Triton itself would start, fail to load the model and bury the reason in its log. Building the repository
-(exporting the ONNX files) is another step's job; this only says what is missing and where.
+(exporting the ONNX files) is another step's job; this only says what is missing and where. Configs are read
+with Triton's own ``ModelConfig`` message, so a config Triton would refuse is refused here too.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
 DEFAULT_FILENAMES = {"onnxruntime": "model.onnx", "python": "model.py"}
 PLATFORM_BACKENDS = {"onnxruntime_onnx": "onnxruntime"}
-_FIELD = re.compile(r'^\s*(platform|backend|default_model_filename)\s*:\s*"([^"]*)"', re.MULTILINE)
 
 
 class RepositoryError(ValueError):
@@ -31,15 +33,20 @@ class ModelDir:
     def name(self) -> str:
         return self.path.name
 
-    def fields(self) -> dict[str, str]:
-        """``platform``/``backend``/``default_model_filename`` from the top level of the config text."""
-        return dict(_FIELD.findall(self.config.read_text())) if self.config else {}
+    def read_config(self) -> model_config_pb2.ModelConfig:
+        """The parsed config; :class:`RepositoryError` names the file and the parse error."""
+        if self.config is None:
+            return model_config_pb2.ModelConfig()
+        try:
+            return text_format.Parse(self.config.read_text(encoding="utf-8"), model_config_pb2.ModelConfig())
+        except (text_format.ParseError, UnicodeDecodeError) as err:
+            raise RepositoryError(f"model '{self.name}': {self.config} does not parse: {err}") from None
 
     def expected_file(self) -> str | None:
         """The file each version directory must hold, for the backends we know."""
-        fields = self.fields()
-        backend = fields.get("backend") or PLATFORM_BACKENDS.get(fields.get("platform", ""), "")
-        return fields.get("default_model_filename") or DEFAULT_FILENAMES.get(backend)
+        config = self.read_config()
+        backend = config.backend or PLATFORM_BACKENDS.get(config.platform, "")
+        return config.default_model_filename or DEFAULT_FILENAMES.get(backend)
 
     def latest_version(self) -> Path | None:
         versions = [p for p in self.path.iterdir() if p.is_dir() and p.name.isdigit()]
@@ -77,11 +84,15 @@ def find_problems(repository: Path, models: Sequence[str] | None = None, config_
         if model.config is None:
             problems.append(f"model '{model.name}': no config.pbtxt in {model.path}")
             continue
+        try:
+            expected = model.expected_file()
+        except RepositoryError as err:
+            problems.append(str(err))
+            continue
         version = model.latest_version()
         if version is None:
             problems.append(f"model '{model.name}': no version directory (e.g. {model.path / '1'})")
             continue
-        expected = model.expected_file()
         if expected and not (version / expected).exists():
             problems.append(f"model '{model.name}': {version / expected} is missing")
     return problems

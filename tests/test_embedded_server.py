@@ -356,6 +356,19 @@ def test_missing_model_file_is_refused_before_starting(tmp_path: Path) -> None:
     require_servable(repo, ["toy_onnx", "toy_python"], "cpu")  # the others are fine
 
 
+def test_config_that_does_not_parse_is_refused_before_starting(tmp_path: Path) -> None:
+    repo = build_toy_repository(tmp_path)
+    config = repo / "toy_onnx" / "configs" / "cpu.pbtxt"
+    config.write_text(config.read_text().replace("max_batch_size: 8", "max_batch_size: eight"))
+    with pytest.raises(RepositoryError) as refused:
+        require_servable(repo, None, "cpu")
+    problems = str(refused.value).splitlines()[1:]
+    assert len(problems) == 1
+    assert problems[0].strip().startswith(f"model 'toy_onnx': {config} does not parse: 4:17 : ")
+    assert "eight" in problems[0]
+    require_servable(repo, ["toy_onnx"])  # without a config name Triton reads config.pbtxt, which parses
+
+
 def test_command_line_flags(tmp_path: Path) -> None:
     options = ServerOptions(model_repository=tmp_path, models=["a", "b"], extra_args=["--log-info=false"])
     args = options.command_args(Path("/b"), Path("/c"), "pfx_", "secret")
