@@ -13,7 +13,7 @@ import pytest
 from reliability_helpers import CLIENTS, OUTPUT, PUBLIC_MODELS, connect, infer, int_input, text_input
 from tritonclient.utils import InferenceServerException
 
-MAX_BATCH = 64
+from serving.frontends.base import MAX_TEXT_BYTES
 
 # name → (texts, expected error regex or None for "answered")
 TEXT_CASES = {
@@ -23,7 +23,11 @@ TEXT_CASES = {
     "invalid_utf8": ([b"\xff\xfe\xfa"], r"TEXT\[0\] is not valid UTF-8"),
     "invalid_utf8_second_row": (["很好", b"ok\xc3("], r"TEXT\[1\] is not valid UTF-8"),
     "100k_characters": (["好" * 100_000], None),
-    "over_1_MiB": (["好" * 400_000], r"TEXT\[0\] is 1,200,000 bytes; the limit is 1,048,576 bytes"),
+    "at_the_size_limit": (["好" * (MAX_TEXT_BYTES // 3) + "a" * (MAX_TEXT_BYTES % 3)], None),
+    "one_byte_over_the_size_limit": (
+        ["好" * (MAX_TEXT_BYTES // 3) + "a" * (MAX_TEXT_BYTES % 3 + 1)],
+        rf"TEXT\[0\] is {MAX_TEXT_BYTES + 1:,} bytes; the limit is {MAX_TEXT_BYTES:,} bytes",
+    ),
     "nul_and_controls_inside": (["服务\x00很好\x07，\x1b下次再来"], None),
     "mixed_scripts_and_emoji": (["Hello 世界 😀 مرحبا Привет こんにちは 🇨🇳"], None),
 }
@@ -96,23 +100,46 @@ def test_unknown_extra_input(triton, protocol: str, model: str) -> None:
     assert "COLOR" in message
 
 
+def max_batch_size(client, model: str) -> int:
+    """The limit the server loaded for `model` (gRPC answers a message, HTTP a dict)."""
+    config = client.get_model_config(model)
+    return config.config.max_batch_size if hasattr(config, "config") else config["max_batch_size"]
+
+
 def test_batch_larger_than_max_batch_size(triton, protocol: str, model: str) -> None:
     module = CLIENTS[protocol]
     with connect(triton, protocol) as client:
-        message = refused(client, model, [text_input(module, ["很好"] * (MAX_BATCH + 1))])
-    assert "batch" in message and str(MAX_BATCH) in message
+        limit = max_batch_size(client, model)
+        message = refused(client, model, [text_input(module, ["很好"] * (limit + 1))])
+    assert "batch" in message and str(limit) in message
 
 
-@pytest.mark.parametrize(
-    ("field", "value"), [("NUM_BEAMS", 0), ("NUM_BEAMS", 9), ("MAX_NEW_TOKENS", 0), ("MAX_NEW_TOKENS", 100_000)]
-)
+# The cheapest setting of the other option, so that answered requests at the range's ends stay fast.
+CHEAP = {"NUM_BEAMS": ("MAX_NEW_TOKENS", 4), "MAX_NEW_TOKENS": ("NUM_BEAMS", 1)}
+
+
+@pytest.mark.parametrize("field", ["NUM_BEAMS", "MAX_NEW_TOKENS"])
 @pytest.mark.parametrize("generation_model", ["translate", "summarize"])
-def test_optional_input_out_of_range(triton, protocol: str, generation_model: str, field: str, value: int) -> None:
+def test_optional_input_range_is_the_announced_one(triton, protocol: str, generation_model: str, field: str) -> None:
+    """A value far outside the range is refused with the range; both of its ends are answered, one past either
+    end is refused."""
     module = CLIENTS[protocol]
-    inputs = [text_input(module, ["我爱你。"]), int_input(module, field, value, 1)]
+
+    def inputs(value: int) -> list:
+        other, cheap = CHEAP[field]
+        options = [int_input(module, field, value, 1), int_input(module, other, cheap, 1)]
+        return [text_input(module, ["我爱你。"]), *options]
+
     with connect(triton, protocol) as client:
-        message = refused(client, generation_model, inputs)
-    assert f"{field} must be between" in message and str(value) in message
+        message = refused(client, generation_model, inputs(2**31 - 1))
+        announced = re.search(rf"{field} must be between (\d+) and (\d+)", message)
+        assert announced, message
+        low, high = map(int, announced.groups())
+        for value in (low, high):
+            assert infer(client, generation_model, inputs(value)).as_numpy(OUTPUT[generation_model]).shape == (1, 1)
+        for value in (low - 1, high + 1):
+            message = refused(client, generation_model, inputs(value))
+            assert f"{field} must be between {low} and {high}" in message and str(value) in message
 
 
 def test_server_still_answers_every_model_afterwards(triton, protocol: str) -> None:

@@ -88,7 +88,7 @@ def test_binary_tensors_under_the_limit_are_fine(triton, pid: int) -> None:
         tensor.set_data_from_numpy(np.array([["好" * 20_000]] * 32, dtype=np.object_), binary_data=True)
         assert client.infer("sentiment", [tensor]).as_numpy("LABEL").shape == (32, 1)
         tensor.set_data_from_numpy(np.array([["好" * 70_000]] * 32, dtype=np.object_), binary_data=True)
-        with pytest.raises(InferenceServerException, match=r"the limit is 2,097,152 bytes"):
+        with pytest.raises(InferenceServerException, match=f"the limit is {DEFAULT_MAX_BODY_BYTES:,} bytes"):
             client.infer("sentiment", [tensor])
     assert_still_serving(triton, pid)
 
