@@ -48,8 +48,19 @@ def test_variant_config_keeps_batching_with_a_raised_queue_limit():
     config = rewritten(ServingVariant(batching=True, instances=2), with_threads)
     assert config.dynamic_batching.default_queue_policy.max_queue_size > 16
     assert [count for count, _ in groups(config)] == [2]
-    threads = int(config.parameters["intra_op_thread_count"].string_value)
-    assert threads == max(1, available_cpus() // 2)
+
+
+def test_variant_instances_share_the_cores_without_oversubscribing():
+    with_threads = CONFIG + 'parameters { key: "intra_op_thread_count", value: { string_value: "1" } }\n'
+
+    def threads(instances: int) -> int:
+        config = rewritten(ServingVariant(instances=instances), with_threads)
+        return int(config.parameters["intra_op_thread_count"].string_value)
+
+    assert threads(1) == available_cpus()  # one instance gets every core
+    for instances in (2, 3, 2 * available_cpus()):
+        assert threads(instances) >= 1
+        assert instances * threads(instances) <= max(instances, available_cpus()), instances
 
 
 def test_rope_path_is_excluded_from_quantization():
@@ -118,7 +129,6 @@ def test_unknown_section_is_a_clear_error(capsys):
 
 def test_served_variant_keeps_the_committed_settings():
     config = rewritten(ServingVariant())
-    assert ServingVariant().name == "served"
     assert config.HasField("dynamic_batching") and [count for count, _ in groups(config)] == [2]
     policy = config.dynamic_batching.default_queue_policy
     assert policy.max_queue_size > 16 and policy.timeout_action == policy.REJECT  # only the limit is raised
