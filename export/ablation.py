@@ -34,7 +34,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm import tqdm
 
-from export.model import POSITIONAL_SCHEMES, ModelConfig, SentimentClassifier
+from export.model import ModelConfig, SentimentClassifier
+from export.positional import POSITIONAL_SCHEMES
 from export.training import TrainConfig, pad_batch, train
 
 # Vocabulary of the synthetic tasks.

@@ -2,15 +2,15 @@
 
 The fast exported models compute attention in fused kernels (`F.scaled_dot_product_attention` in eager,
 `com.microsoft::MultiHeadAttention` in ONNX), which never materialize softmax(Q·Kᵀ/√d). To show what a
-model attends to, `explicit_attention()` swaps the three attention functions of `export.model` for the
-seed documents' formula written out,
+model attends to, the explain variants run the model's own forward with an `AttentionRecord`: every
+attention is then computed with the seed documents' formula written out (export/attention.py, "explicit"),
 
     probs = softmax(Q·Kᵀ/√d_k + mask)        (kept, per layer and head)
     out   = probs · V
 
-and records `probs` while the model's own forward runs. Everything else (embeddings, RoPE, norms,
-feed-forward, pooling, heads) is the trained model's code and weights, untouched: the explain model is
-the same model, which `tests/test_explain_export.py` checks against the fast forward.
+and `probs` is recorded. Everything else (embeddings, RoPE, norms, feed-forward, pooling, heads) is the
+trained model's code and weights, untouched: the explain model is the same model, which
+`tests/test_explain_export.py` checks against the fast forward.
 
 Two explain ONNX models are exported (plain ONNX ops for attention, `com.microsoft::RotaryEmbedding`
 for RoPE, as in the fast models; they load in ONNX Runtime 1.19.2 and 1.31):
@@ -28,99 +28,15 @@ for RoPE, as in the fast models; they load in ONNX Runtime 1.19.2 and 1.31):
 
 from __future__ import annotations
 
-import contextlib
-import math
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import onnx
 import torch
 from torch import Tensor, nn
 
-from export import model as model_module
-from export.model import KV, SentimentClassifier, Seq2Seq, merge_heads, split_heads
+from export.attention import AttentionRecord
+from export.model import SentimentClassifier, Seq2Seq
 from export.seq2seq_export import _export as export_module
-
-PATCHED = ("fused_attention", "cross_attention", "causal_attention")
-
-
-@dataclass
-class AttentionRecord:
-    """Attention probabilities [B, H, queries, keys] in call order (= layer order within a stack)."""
-
-    encoder: list[Tensor] = field(default_factory=list)  # self-attention of encoders
-    decoder: list[Tensor] = field(default_factory=list)  # causal self-attention of the decoder
-    cross: list[Tensor] = field(default_factory=list)  # decoder → encoder memory
-
-
-def attend(
-    q: Tensor, k: Tensor, v: Tensor, allowed: Tensor, n_heads: int, bias: Tensor | None = None
-) -> tuple[Tensor, Tensor]:
-    """softmax(Q·Kᵀ/√d + bias + mask)·V with the probabilities kept.
-
-    q: [B, S, H*Dh]; k, v: [B, H, T, Dh]; allowed: bool, broadcastable to [B, H, S, T] (True = may attend);
-    bias: None or additive scores broadcastable to [B, H, S, T] (relative positions).
-    Returns output [B, S, H*Dh] and probabilities [B, H, S, T].
-    """
-    qh = split_heads(q, n_heads)  # [B, H, S, Dh]
-    scores = qh @ k.transpose(-1, -2) * (1.0 / math.sqrt(qh.shape[-1]))  # [B, H, S, T]
-    if bias is not None:
-        scores = scores + bias
-    probs = scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1)
-    return merge_heads(probs @ v), probs
-
-
-def _padding(key_padding_mask: Tensor) -> Tensor:
-    return key_padding_mask.bool()[:, None, None, :]  # [B, 1, 1, T]
-
-
-@contextlib.contextmanager
-def explicit_attention() -> Iterator[AttentionRecord]:
-    """Inside the block, every attention of `export.model` is computed explicitly and recorded.
-
-    The replacements keep the signatures of the functions they stand in for; dropout is not applied
-    (explaining is inference). Not thread-safe: it swaps module-level functions.
-    """
-    record = AttentionRecord()
-
-    def self_attention(
-        q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor, n_heads: int, dropout: float, bias=None
-    ):
-        kh, vh = split_heads(k, n_heads), split_heads(v, n_heads)
-        out, probs = attend(q, kh, vh, _padding(key_padding_mask), n_heads, bias)
-        record.encoder.append(probs)
-        return out
-
-    def cross_attention(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor, n_heads: int, dropout: float):
-        out, probs = attend(q, k, v, _padding(key_padding_mask), n_heads)
-        record.cross.append(probs)
-        return out
-
-    def causal_attention(q: Tensor, k: Tensor, v: Tensor, past: KV | None, n_heads: int, dropout: float):
-        kh, vh = split_heads(k, n_heads), split_heads(v, n_heads)
-        if past is not None:
-            kh, vh = torch.cat([past[0], kh], dim=2), torch.cat([past[1], vh], dim=2)
-        t = q.shape[1]
-        p = kh.shape[2] - t
-        allowed = torch.ones(t, p + t, dtype=torch.bool, device=q.device).tril(diagonal=p)  # [T, P+T]
-        out, probs = attend(q, kh, vh, allowed, n_heads)
-        record.decoder.append(probs)
-        return out, (kh, vh)
-
-    replacements = {
-        "fused_attention": self_attention,
-        "cross_attention": cross_attention,
-        "causal_attention": causal_attention,
-    }
-    saved = {name: getattr(model_module, name) for name in PATCHED}
-    for name, function in replacements.items():
-        setattr(model_module, name, function)
-    try:
-        yield record
-    finally:
-        for name, function in saved.items():
-            setattr(model_module, name, function)
 
 
 def head_average(layers: list[Tensor]) -> Tensor:
@@ -136,8 +52,8 @@ class SentimentExplainer(nn.Module):
         self.model = model
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, Tensor]:
-        with explicit_attention() as record:
-            logits = self.model(input_ids, attention_mask)
+        record = AttentionRecord()
+        logits = self.model(input_ids, attention_mask, record)
         rows = attention_mask.to(logits.dtype)[:, None, :, None]  # [B, 1, S, 1]: zero padded query rows
         return logits, head_average(record.encoder) * rows
 
@@ -151,13 +67,14 @@ class TranslateExplainer(nn.Module):
         self.model = model
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor, decoder_input_ids: Tensor) -> tuple[Tensor, Tensor]:
-        with explicit_attention() as record:
-            logits = self.model(input_ids.long(), attention_mask, decoder_input_ids.long())
+        record = AttentionRecord()
+        logits = self.model(input_ids.long(), attention_mask, decoder_input_ids.long(), record)
         return logits, head_average(record.cross)
 
 
 def _save(module: nn.Module, args: tuple, names_in: list[str], names_out: list[str], shapes, out_path: Path) -> Path:
-    """The generator's exporter (dynamo, opset 18, fused RoPE), saved as a standalone model."""
+    """The generator's exporter (dynamo, opset 18, "ort_fused": the RoPE stays fused, the recorded attention
+    is explicit), saved as a standalone model."""
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(export_module(module, args, names_in, names_out, shapes), str(out_path))

@@ -1,33 +1,20 @@
-"""The Transformer, in one readable file.
-
-Token embeddings → pre-norm blocks of multi-head self-attention with rotary position
-embeddings (RoPE) and a feed-forward network → a task head. This follows the seed
-documents step by step:
+"""The Transformer: token embeddings → pre-norm blocks of multi-head self-attention with rotary position
+embeddings (RoPE) and a feed-forward network → a task head. This follows the seed documents step by step:
 
     Q = x @ W_Q, K = x @ W_K, V = x @ W_V          (one fused projection here)
     Q, K = rotate(Q, pos), rotate(K, pos)           (RoPE: q·k depends on i - j only)
-    out = softmax(Q @ K.T / sqrt(d_k)) @ V          (F.scaled_dot_product_attention)
+    out = softmax(Q @ K.T / sqrt(d_k)) @ V          (export/attention.py)
     MultiHead = Concat(head_1..head_h) @ W_O
 
-Eager PyTorch runs plain `F.scaled_dot_product_attention`. While exporting to ONNX the same
-forward emits ONNX Runtime's fused operators instead (`com.microsoft::RotaryEmbedding` and
-`com.microsoft::MultiHeadAttention`), so the exported graph holds one fused attention node per
-layer by construction; no pattern matching by an optimizer is needed.
-
-Positions can also be given the other ways the seed documents compare (ModelConfig.positional,
-measured in ABLATION.md): sinusoidal or learned absolute embeddings added to the tokens, or a learned
-bias a_{i-j} added to the attention scores. RoPE stays the default and the only scheme of the
-encoder-decoder and of the served models.
-
-Two models are built from these pieces: `SentimentClassifier` (encoder + pooled head) and
-`Seq2Seq` (encoder + causal decoder with cross-attention and a KV cache, for translation and
-summarization). Keys and values are cached in the BNSH layout [B, H, T, Dh], the layout of
-MultiHeadAttention's past/present tensors and of ONNX Runtime's BeamSearch op.
+Two models are built from these pieces: `SentimentClassifier` (encoder + pooled head) and `Seq2Seq`
+(encoder + causal decoder with cross-attention and a KV cache, for translation and summarization).
+How attention is computed (PyTorch's SDPA, ONNX Runtime's fused operators, or written out with its
+probabilities) is a value the attention modules carry: see export/attention.py. The positional schemes
+besides RoPE live in export/positional.py, the masked-LM and copy heads in export/heads.py.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import asdict, dataclass, fields
 
@@ -35,25 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-MS_DOMAIN_VERSION = 1
-POSITIONAL_SCHEMES = ("rope", "sinusoidal", "learned", "relative_bias")
-_EMIT_FUSED_OPS = True
-
-
-def emits_fused_ops() -> bool:
-    """True while exporting to ONNX with fused operators (the default); False in eager or decomposed export."""
-    return _EMIT_FUSED_OPS and torch.onnx.is_in_onnx_export()
-
-
-@contextlib.contextmanager
-def decomposed_attention():
-    """Export plain ONNX ops (MatMul, Softmax, …) instead of the fused ones: the benchmarks' baseline."""
-    global _EMIT_FUSED_OPS
-    saved, _EMIT_FUSED_OPS = _EMIT_FUSED_OPS, False
-    try:
-        yield
-    finally:
-        _EMIT_FUSED_OPS = saved
+from export.attention import KV, AttentionLayer, AttentionRecord, split_heads
+from export.heads import CopyPointer
+from export.positional import POSITIONAL_SCHEMES, RelativePositionBias, apply_rope, rope_tables, sinusoidal_table
 
 
 @dataclass
@@ -73,12 +44,12 @@ class ModelConfig:
     n_decoder_layers: int = 0
     bos_id: int = 2  # decoder start token (the project's tokenizers: pad 0, unk 1, bos 2, eos 3)
     eos_id: int = 3
-    # How attention learns where tokens are; one of POSITIONAL_SCHEMES (see the section "Positions" below).
+    # How attention learns where tokens are; one of POSITIONAL_SCHEMES (export/positional.py).
     positional: str = "rope"
     relative_buckets: int = 32  # "relative_bias": T5's buckets of i - j, half per direction
     relative_max_distance: int = 128  # "relative_bias": distances from here on share the last bucket
     # Encoder-decoder with one vocabulary: mix a pointer (copy) distribution over the source tokens into
-    # the output (See et al. 2017). Summaries copy phrases from their text; see CopyPointer below.
+    # the output (See et al. 2017). Summaries copy phrases from their text; see CopyPointer (export/heads.py).
     copy: bool = False
 
     @property
@@ -113,219 +84,11 @@ class ModelConfig:
 
 
 # ---------------------------------------------------------------------------------------------
-# Rotary position embedding
+# Encoder
 # ---------------------------------------------------------------------------------------------
 
 
-def rope_tables(max_len: int, head_dim: int, base: float = 10000.0) -> tuple[Tensor, Tensor]:
-    """cos/sin tables [max_len, head_dim/2]: angle(pos, i) = pos / base^(2i/head_dim).
-
-    They are precomputed buffers, so the exported graph has no angle MatMul that int8
-    quantization could ruin at long positions.
-    """
-    inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
-    angles = torch.outer(torch.arange(max_len, dtype=torch.float64), inv_freq)
-    return angles.cos().float(), angles.sin().float()
-
-
-def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, offset: int | Tensor = 0) -> Tensor:
-    """Rotate each head's (x1, x2) half-pairs by the position angle.
-
-    x: [B, S, H*Dh] (heads concatenated); cos/sin: [max_len, Dh/2].
-    The half-split ("rotate half", non-interleaved) layout is what ORT's RotaryEmbedding
-    computes with interleaved=0.
-    """
-    if emits_fused_ops():
-        # torch.full keeps a symbolic offset (the KV-cache length) dynamic; as_tensor would freeze it.
-        if isinstance(offset, Tensor):
-            position = offset.reshape(1).to(torch.int64)
-        else:
-            position = torch.full((1,), offset, dtype=torch.int64)
-        return torch.onnx.ops.symbolic(
-            "com.microsoft::RotaryEmbedding",
-            (x, position, cos, sin),
-            {"interleaved": 0},
-            dtype=x.dtype,
-            shape=x.shape,
-            version=MS_DOMAIN_VERSION,
-        )
-    b, s, d = x.shape
-    half = cos.shape[-1]
-    xh = x.view(b, s, d // (2 * half), 2 * half)  # [B, S, H, Dh]
-    c = cos[offset : offset + s].view(1, s, 1, half)
-    n = sin[offset : offset + s].view(1, s, 1, half)
-    x1, x2 = xh[..., :half], xh[..., half:]
-    return torch.cat([x1 * c - x2 * n, x2 * c + x1 * n], dim=-1).view(b, s, d)
-
-
-# ---------------------------------------------------------------------------------------------
-# Positions: the other schemes of the seed's comparison (encoder only; RoPE is above)
-# ---------------------------------------------------------------------------------------------
-
-
-def sinusoidal_table(max_len: int, d_model: int) -> Tensor:
-    """The original Transformer's table [max_len, d_model], added to the token embeddings:
-
-        PE(pos, 2i)   = sin(pos / 10000^(2i/d_model))
-        PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))
-
-    The angles are RoPE's with head_dim = d_model; PE(pos + k) is a linear map of PE(pos).
-    """
-    cos, sin = rope_tables(max_len, d_model)
-    return torch.stack([sin, cos], dim=-1).flatten(1)  # interleave: sin at even, cos at odd dimensions
-
-
-def relative_bucket(distance: Tensor, n_buckets: int, max_distance: int) -> Tensor:
-    """T5's bucket of each relative distance i - j (int64, any shape).
-
-    Half the buckets per direction; in each, distances below n_buckets/4 get a bucket of their own
-    and longer ones share log-spaced buckets, the last one holding every distance >= max_distance.
-    """
-    half = n_buckets // 2
-    exact = half // 2
-    d = distance.abs()
-    log_spaced = exact + (torch.log(d.clamp(min=1).float() / exact) / math.log(max_distance / exact) * (half - exact))
-    log_spaced = log_spaced.long().clamp(max=half - 1)
-    return (distance > 0).long() * half + torch.where(d < exact, d, log_spaced)
-
-
-class RelativePositionBias(nn.Module):
-    """e_ij = (x_i W_Q)(x_j W_K)ᵀ/√d + a_{i-j}: one learned scalar per head and bucket of i - j.
-
-    Shared by all layers (as in T5). Starts at zero, so a bucket that training never reached
-    (a distance longer than any training sequence) adds nothing instead of noise.
-    """
-
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        self.n_buckets, self.max_distance = cfg.relative_buckets, cfg.relative_max_distance
-        self.bias = nn.Parameter(torch.zeros(cfg.relative_buckets, cfg.n_heads))  # a[bucket, head]
-
-    def forward(self, seq_len: int) -> Tensor:
-        """Additive score bias [1, H, S, S] for S positions."""
-        pos = torch.arange(seq_len, device=self.bias.device)
-        buckets = relative_bucket(pos[:, None] - pos[None, :], self.n_buckets, self.max_distance)  # [S, S]: i - j
-        return self.bias[buckets].permute(2, 0, 1).unsqueeze(0)
-
-
-# ---------------------------------------------------------------------------------------------
-# Attention
-# ---------------------------------------------------------------------------------------------
-
-
-KV = tuple[Tensor, Tensor]  # (key, value), each [B, H, T, Dh]
-
-
-def split_heads(x: Tensor, n_heads: int) -> Tensor:
-    """[B, S, H*Dh] → [B, H, S, Dh] (BNSH, the KV-cache layout)."""
-    b, s, d = x.shape
-    return x.view(b, s, n_heads, d // n_heads).transpose(1, 2)
-
-
-def merge_heads(x: Tensor) -> Tensor:
-    """[B, H, S, Dh] → [B, S, H*Dh]."""
-    b, h, s, dh = x.shape
-    return x.transpose(1, 2).reshape(b, s, h * dh)
-
-
-def fused_attention(
-    q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor, n_heads: int, dropout: float, bias: Tensor | None = None
-) -> Tensor:
-    """softmax(Q·Kᵀ/√d + bias)·V over heads, ignoring padded keys.
-
-    q: [B, S, D]; k, v: [B, T, D]; key_padding_mask: [B, T] (1 = real token, 0 = padding);
-    bias: None or [1, H, S, T] (relative positions). Returns [B, S, D]. In export this is one
-    `com.microsoft::MultiHeadAttention` node (the bias is its attention_bias input).
-    """
-    if emits_fused_ops():
-        inputs = (q, k, v, None, key_padding_mask.to(torch.int32))
-        return torch.onnx.ops.symbolic(
-            "com.microsoft::MultiHeadAttention",
-            inputs if bias is None else (*inputs, bias),  # input 5: attention_bias [1, H, S, T]
-            {"num_heads": n_heads},
-            dtype=q.dtype,
-            shape=q.shape,
-            version=MS_DOMAIN_VERSION,
-        )
-    qh, kh, vh = split_heads(q, n_heads), split_heads(k, n_heads), split_heads(v, n_heads)  # [B, H, ·, Dh]
-    mask = key_padding_mask.bool()[:, None, None, :]  # [B, 1, 1, T], True = may attend
-    if bias is not None:  # e_ij = q_i·k_j/√d + a_{i-j}, written out: SDPA with a float mask does not export
-        scores = qh @ kh.transpose(-1, -2) / math.sqrt(qh.shape[-1]) + bias  # [B, H, S, T]
-        probs = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)  # padded keys get 0
-        return merge_heads(F.dropout(probs, dropout) @ vh)
-    return merge_heads(F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, dropout_p=dropout))
-
-
-MASK_FILTER_VALUE = -10000.0  # ORT's default for masked scores; finite, so fp16-safe
-
-
-def cross_attention(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor, n_heads: int, dropout: float) -> Tensor:
-    """Decoder queries over keys/values projected once from the encoder memory.
-
-    q: [B, T, D]; k, v: [B, H, S, Dh] (BNSH, BeamSearch's past_key_cross_i); key_padding_mask:
-    [B, S]. Returns [B, T, D]. In export this is one `com.microsoft::MultiHeadAttention` node whose
-    padding mask is an additive bias [B, H, T, S]: ORT 1.19's CPU kernel ignores key_padding_mask
-    when the query and key lengths differ (measured), the bias works in 1.19 and 1.31.
-    """
-    if emits_fused_ops():
-        b, t, _ = q.shape
-        padded = (key_padding_mask == 0).to(q.dtype)[:, None, None, :]  # [B, 1, 1, S]
-        bias = (padded * MASK_FILTER_VALUE).expand(b, n_heads, t, k.shape[2])  # 1.19 wants all four dims
-        return torch.onnx.ops.symbolic(
-            "com.microsoft::MultiHeadAttention",
-            (q, k, v, None, None, bias),
-            {"num_heads": n_heads},
-            dtype=q.dtype,
-            shape=q.shape,
-            version=MS_DOMAIN_VERSION,
-        )
-    mask = key_padding_mask.bool()[:, None, None, :]  # [B, 1, 1, S], True = may attend
-    out = F.scaled_dot_product_attention(split_heads(q, n_heads), k, v, attn_mask=mask, dropout_p=dropout)
-    return merge_heads(out)
-
-
-def causal_attention(
-    q: Tensor, k: Tensor, v: Tensor, past: KV | None, n_heads: int, dropout: float
-) -> tuple[Tensor, KV]:
-    """Causal self-attention over cached keys/values plus the new positions.
-
-    q, k, v: [B, T, D] for the T new positions (RoPE already applied at offset P = past length);
-    past: (key, value) [B, H, P, Dh] or None. Returns output [B, T, D] and the present (key, value)
-    [B, H, P+T, Dh]. Query i sits at position P+i and sees keys 0..P+i. In export this is one
-    `com.microsoft::MultiHeadAttention` node with past_key/past_value inputs and present outputs.
-    """
-    b, t, d = q.shape
-    dh = d // n_heads
-    if emits_fused_ops():
-        past_len = 0 if past is None else past[0].shape[2]
-        present_shape = (b, n_heads, past_len + t, dh)
-        inputs = (q, k, v) if past is None else (q, k, v, None, None, None, past[0], past[1])
-        # One new position (BeamSearch's decoding step) needs no mask; leaving `unidirectional` off
-        # then keeps the node runnable by kernels that lack it (e.g. ORT's WebGPU MHA).
-        one_step = isinstance(t, int) and t == 1
-        attrs = {"num_heads": n_heads} if one_step else {"num_heads": n_heads, "unidirectional": 1}
-        out, present_k, present_v = torch.onnx.ops.symbolic_multi_out(
-            "com.microsoft::MultiHeadAttention",
-            inputs,
-            attrs,
-            dtypes=(q.dtype, q.dtype, q.dtype),
-            shapes=(q.shape, present_shape, present_shape),
-            version=MS_DOMAIN_VERSION,
-        )
-        return out, (present_k, present_v)
-    kh, vh = split_heads(k, n_heads), split_heads(v, n_heads)  # [B, H, T, Dh]
-    if past is not None:
-        kh, vh = torch.cat([past[0], kh], dim=2), torch.cat([past[1], vh], dim=2)  # [B, H, P+T, Dh]
-    p = kh.shape[2] - t
-    allowed = None  # one new position (t == 1) sees everything cached
-    if t > 1:
-        allowed = torch.ones(t, p + t, dtype=torch.bool, device=q.device).tril(diagonal=p)  # [T, P+T]
-    qh = split_heads(q, n_heads)  # [B, H, T, Dh]
-    out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=allowed, dropout_p=dropout)
-    return merge_heads(out), (kh, vh)
-
-
-class SelfAttention(nn.Module):
+class SelfAttention(AttentionLayer):
     """Multi-head self-attention with one fused QKV projection and RoPE on Q and K.
 
     Without RoPE tables (cos = sin = None) Q and K are not rotated; `bias` adds relative-position
@@ -333,20 +96,30 @@ class SelfAttention(nn.Module):
     """
 
     def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        self.n_heads = cfg.n_heads
-        self.dropout = cfg.dropout
+        super().__init__(cfg.n_heads, cfg.dropout)
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
         self.out = nn.Linear(cfg.d_model, cfg.d_model)
 
-    def forward(
-        self, x: Tensor, mask: Tensor, cos: Tensor | None, sin: Tensor | None, bias: Tensor | None = None
-    ) -> Tensor:
-        q, k, v = self.qkv(x).chunk(3, dim=-1)  # each [B, S, D]
+    def project(self, x: Tensor, cos: Tensor | None, sin: Tensor | None, offset: int = 0) -> tuple[Tensor, ...]:
+        """q, k, v [B, S, D], q and k rotated for positions offset.. (ORT's RotaryEmbedding when fused)."""
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
         if cos is not None:
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        p = self.dropout if self.training else 0.0
-        return self.out(fused_attention(q, k, v, mask, self.n_heads, p, bias))
+            fused = self.attn_implementation == "ort_fused"
+            q, k = apply_rope(q, cos, sin, offset, fused), apply_rope(k, cos, sin, offset, fused)
+        return q, k, v
+
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor,
+        cos: Tensor | None,
+        sin: Tensor | None,
+        bias: Tensor | None = None,
+        record: AttentionRecord | None = None,
+    ) -> Tensor:
+        q, k, v = self.project(x, cos, sin)
+        probs = None if record is None else record.encoder
+        return self.out(self.attend(q, k, v, probs, key_padding_mask=mask, bias=bias).out)
 
 
 class FeedForward(nn.Module):
@@ -371,9 +144,15 @@ class EncoderBlock(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(
-        self, x: Tensor, mask: Tensor, cos: Tensor | None, sin: Tensor | None, bias: Tensor | None = None
+        self,
+        x: Tensor,
+        mask: Tensor,
+        cos: Tensor | None,
+        sin: Tensor | None,
+        bias: Tensor | None = None,
+        record: AttentionRecord | None = None,
     ) -> Tensor:
-        x = x + self.drop(self.attn(self.attn_norm(x), mask, cos, sin, bias))
+        x = x + self.drop(self.attn(self.attn_norm(x), mask, cos, sin, bias, record))
         return x + self.drop(self.ffn(self.ffn_norm(x)))
 
 
@@ -404,7 +183,8 @@ class Encoder(nn.Module):
         else:
             self.rel_bias = RelativePositionBias(cfg)
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, record: AttentionRecord | None = None) -> Tensor:
+        """`record`, when given, receives every layer's attention probabilities (computed explicitly)."""
         s = input_ids.shape[1]
         if not torch.onnx.is_in_onnx_export() and s > self.cfg.max_len:
             raise ValueError(f"sequence of {s} tokens is longer than max_len={self.cfg.max_len}; truncate it")
@@ -420,7 +200,7 @@ class Encoder(nn.Module):
             bias = self.rel_bias(s)  # [1, H, S, S]
         x = self.drop(x)
         for block in self.blocks:
-            x = block(x, attention_mask, cos, sin, bias)
+            x = block(x, attention_mask, cos, sin, bias, record)
         return self.norm(x)
 
 
@@ -434,28 +214,11 @@ class SentimentClassifier(nn.Module):
         self.head = nn.Linear(cfg.d_model, cfg.num_labels)
         self.apply(_init_weights)
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
-        h = self.encoder(input_ids, attention_mask)  # [B, S, D]
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, record: AttentionRecord | None = None) -> Tensor:
+        h = self.encoder(input_ids, attention_mask, record)  # [B, S, D]
         m = attention_mask.unsqueeze(-1).to(h.dtype)  # [B, S, 1]
         pooled = (h * m).sum(1) / m.sum(1).clamp(min=1.0)  # [B, D]
         return self.head(pooled)
-
-
-class MaskedLanguageModel(nn.Module):
-    """Pre-training head for an encoder: predict masked tokens from both sides (BERT's objective).
-
-    Shares the encoder object (and ties the output projection to its token embedding), so after
-    pre-training the same encoder goes into the classifier.
-    """
-
-    def __init__(self, encoder: Encoder) -> None:
-        super().__init__()
-        self.encoder = encoder
-        self.bias = nn.Parameter(torch.zeros(encoder.cfg.vocab_size))
-
-    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
-        h = self.encoder(input_ids, attention_mask)  # [B, S, D]
-        return h @ self.encoder.embed.weight.T + self.bias  # [B, S, V]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -466,19 +229,21 @@ class MaskedLanguageModel(nn.Module):
 class CausalSelfAttention(SelfAttention):
     """Decoder self-attention: the encoder's fused QKV and RoPE, plus a causal mask and a KV cache.
 
-    RoPE positions continue from the cache: new position i is rotated by angle(P + i).
+    x [B, T, D] holds the T new positions; past (key, value) [B, H, P, Dh] the cached ones. RoPE
+    positions continue from the cache: new position i is rotated by angle(P + i). Returns the output
+    [B, T, D] and the present (key, value) [B, H, P+T, Dh].
     """
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, past: KV | None = None) -> tuple[Tensor, KV]:
-        q, k, v = self.qkv(x).chunk(3, dim=-1)  # each [B, T, D]
-        offset = 0 if past is None else past[0].shape[2]
-        q, k = apply_rope(q, cos, sin, offset), apply_rope(k, cos, sin, offset)
-        p = self.dropout if self.training else 0.0
-        out, present = causal_attention(q, k, v, past, self.n_heads, p)
+    def forward(
+        self, x: Tensor, cos: Tensor, sin: Tensor, past: KV | None = None, record: AttentionRecord | None = None
+    ) -> tuple[Tensor, KV]:
+        q, k, v = self.project(x, cos, sin, 0 if past is None else past[0].shape[2])
+        probs = None if record is None else record.decoder
+        out, present, _ = self.attend(q, k, v, probs, causal=True, past=past)
         return self.out(out), present
 
 
-class CrossAttention(nn.Module):
+class CrossAttention(AttentionLayer):
     """Decoder queries over the encoder memory. No RoPE: source and target positions are unrelated.
 
     The memory's keys and values are projected once per source (`project_memory`) and reused at
@@ -486,9 +251,7 @@ class CrossAttention(nn.Module):
     """
 
     def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        self.n_heads = cfg.n_heads
-        self.dropout = cfg.dropout
+        super().__init__(cfg.n_heads, cfg.dropout)
         self.q = nn.Linear(cfg.d_model, cfg.d_model)
         self.kv = nn.Linear(cfg.d_model, 2 * cfg.d_model)
         self.out = nn.Linear(cfg.d_model, cfg.d_model)
@@ -497,9 +260,9 @@ class CrossAttention(nn.Module):
         k, v = self.kv(memory).chunk(2, dim=-1)  # each [B, S, D]
         return split_heads(k, self.n_heads), split_heads(v, self.n_heads)  # each [B, H, S, Dh]
 
-    def forward(self, x: Tensor, memory_kv: KV, src_mask: Tensor) -> Tensor:
-        p = self.dropout if self.training else 0.0
-        return self.out(cross_attention(self.q(x), memory_kv[0], memory_kv[1], src_mask, self.n_heads, p))
+    def forward(self, x: Tensor, memory_kv: KV, src_mask: Tensor, record: AttentionRecord | None = None) -> Tensor:
+        probs = None if record is None else record.cross
+        return self.out(self.attend(self.q(x), *memory_kv, probs, key_padding_mask=src_mask).out)
 
 
 class DecoderBlock(nn.Module):
@@ -516,49 +279,19 @@ class DecoderBlock(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(
-        self, x: Tensor, src_mask: Tensor, memory_kv: KV, cos: Tensor, sin: Tensor, past: KV | None = None
+        self,
+        x: Tensor,
+        src_mask: Tensor,
+        memory_kv: KV,
+        cos: Tensor,
+        sin: Tensor,
+        past: KV | None = None,
+        record: AttentionRecord | None = None,
     ) -> tuple[Tensor, KV]:
-        h, present = self.attn(self.attn_norm(x), cos, sin, past)
+        h, present = self.attn(self.attn_norm(x), cos, sin, past, record)
         x = x + self.drop(h)
-        x = x + self.drop(self.cross_attn(self.cross_norm(x), memory_kv, src_mask))
+        x = x + self.drop(self.cross_attn(self.cross_norm(x), memory_kv, src_mask, record))
         return x + self.drop(self.ffn(self.ffn_norm(x))), present
-
-
-class CopyPointer(nn.Module):
-    """Pointer-generator output (See et al. 2017, "Get To The Point"): p = g · P_vocab + (1 − g) · P_copy.
-
-    P_copy puts each source position's pointer-attention weight (mean over heads) on that position's
-    token id; the gate g = σ(w · h) decides per step between generating and copying. The result is
-    returned as log p, so that log_softmax (the loss, the beam search) leaves it unchanged.
-
-    The pointer needs the source ids at every decoding step. They travel in the cross-attention
-    cache as one extra (key, value) pair: key = the pointer keys [B, H, S, Dh], value = the source
-    ids as floats broadcast to [B, H, S, Dh]: the shape ORT's BeamSearch expects of every cross
-    pair, so it expands and carries them per beam like the others (exact: ids < 2**24).
-    """
-
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        self.n_heads = cfg.n_heads
-        self.query = nn.Linear(cfg.d_model, cfg.d_model)
-        self.key = nn.Linear(cfg.d_model, cfg.d_model)
-        self.gate = nn.Linear(cfg.d_model, 1)
-
-    def project_memory(self, memory: Tensor, src_ids: Tensor) -> KV:
-        keys = split_heads(self.key(memory), self.n_heads)  # [B, H, S, Dh]
-        return keys, src_ids.to(keys.dtype)[:, None, :, None].expand_as(keys)
-
-    def forward(self, h: Tensor, logits: Tensor, pointer_kv: KV, src_mask: Tensor) -> Tensor:
-        """h [B, T, D] (normed decoder state), logits [B, T, V] → log p [B, T, V] (float32)."""
-        keys, ids = pointer_kv
-        q = split_heads(self.query(h), self.n_heads)  # [B, H, T, Dh]
-        scores = (q @ keys.transpose(-1, -2)).float() / math.sqrt(q.shape[-1])  # [B, H, T, S]
-        padded = (src_mask == 0)[:, None, None, :]
-        attention = scores.masked_fill(padded, MASK_FILTER_VALUE).softmax(-1).mean(1)  # [B, T, S]
-        source = ids[:, 0, :, 0].long()[:, None, :].expand_as(attention)  # [B, T, S]
-        copied = torch.zeros_like(logits, dtype=torch.float32).scatter_add(-1, source, attention)
-        g = torch.sigmoid(self.gate(h).float())  # [B, T, 1]
-        return torch.log(g * logits.float().softmax(-1) + (1 - g) * copied + 1e-9)
 
 
 class Decoder(nn.Module):
@@ -592,13 +325,18 @@ class Decoder(nn.Module):
         return [*layers, self.pointer.project_memory(memory, src_ids)]
 
     def forward(
-        self, tgt_ids: Tensor, src_mask: Tensor, memory_kv: list[KV], past: list[KV] | None = None
+        self,
+        tgt_ids: Tensor,
+        src_mask: Tensor,
+        memory_kv: list[KV],
+        past: list[KV] | None = None,
+        record: AttentionRecord | None = None,
     ) -> tuple[Tensor, list[KV]]:
         x = self.drop(self.embed(tgt_ids) * math.sqrt(self.cfg.d_model))  # [B, T, D]
         presents = []
         for i, block in enumerate(self.blocks):
             layer_past = None if past is None else past[i]
-            x, present = block(x, src_mask, memory_kv[i], self.rope_cos, self.rope_sin, layer_past)
+            x, present = block(x, src_mask, memory_kv[i], self.rope_cos, self.rope_sin, layer_past, record)
             presents.append(present)
         h = self.norm(x)
         logits = F.linear(h, self.embed.weight)  # [B, T, V]
@@ -638,7 +376,8 @@ class Seq2Seq(nn.Module):
     """RoPE encoder-decoder: source ids [B, S] + target prefix [B, T] → next-token logits [B, T, V].
 
     `forward` is teacher forcing for training (tgt_in starts with bos); `encode` + `decode` with a
-    `KVCache` generate one token at a time (see export/generation.py).
+    `KVCache` generate one token at a time (see export/generation.py). A `record`, when given,
+    receives every attention's probabilities (computed explicitly).
     """
 
     def __init__(self, cfg: ModelConfig) -> None:
@@ -654,9 +393,9 @@ class Seq2Seq(nn.Module):
         self.decoder = Decoder(cfg)
         self.apply(_init_weights)
 
-    def encode(self, src_ids: Tensor, src_mask: Tensor) -> Tensor:
+    def encode(self, src_ids: Tensor, src_mask: Tensor, record: AttentionRecord | None = None) -> Tensor:
         """src_ids [B, S] int64, src_mask [B, S] (1 = token) → memory [B, S, D]."""
-        return self.encoder(src_ids, src_mask)
+        return self.encoder(src_ids, src_mask, record)
 
     def decode(
         self,
@@ -665,6 +404,7 @@ class Seq2Seq(nn.Module):
         src_mask: Tensor,
         cache: KVCache | None = None,
         src_ids: Tensor | None = None,
+        record: AttentionRecord | None = None,
     ) -> Tensor:
         """Causal logits [B, T, V] for tgt_ids [B, T].
 
@@ -673,15 +413,16 @@ class Seq2Seq(nn.Module):
         A copying model (`cfg.copy`) needs `src_ids` whenever the memory is projected.
         """
         if cache is None:
-            logits, _ = self.decoder(tgt_ids, src_mask, self.decoder.project_memory(memory, src_ids))
-            return logits
+            memory_kv = self.decoder.project_memory(memory, src_ids)
+            return self.decoder(tgt_ids, src_mask, memory_kv, record=record)[0]
         if cache.cross_kv is None:
             cache.cross_kv = self.decoder.project_memory(memory, src_ids)
-        logits, cache.self_kv = self.decoder(tgt_ids, src_mask, cache.cross_kv, cache.self_kv)
+        logits, cache.self_kv = self.decoder(tgt_ids, src_mask, cache.cross_kv, cache.self_kv, record)
         return logits
 
-    def forward(self, src_ids: Tensor, src_mask: Tensor, tgt_in: Tensor) -> Tensor:
-        return self.decode(tgt_in, self.encode(src_ids, src_mask), src_mask, src_ids=src_ids)
+    def forward(self, src_ids: Tensor, src_mask: Tensor, tgt_in: Tensor, record: AttentionRecord | None = None):
+        memory = self.encode(src_ids, src_mask, record)
+        return self.decode(tgt_in, memory, src_mask, src_ids=src_ids, record=record)
 
 
 def _init_weights(module: nn.Module) -> None:
@@ -694,3 +435,10 @@ def _init_weights(module: nn.Module) -> None:
         if module.padding_idx is not None:
             with torch.no_grad():
                 module.weight[module.padding_idx].zero_()
+
+
+def decomposed_attention():
+    """Kept for benchmarks/onnx_variants.py: `export_encoder_classifier(model, path, attention="sdpa")`."""
+    from export.onnx_export import decomposed_attention as exporting_with_sdpa
+
+    return exporting_with_sdpa()

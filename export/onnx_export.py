@@ -1,28 +1,50 @@
 """PyTorch → ONNX with fused attention, dynamic batch and sequence axes.
 
-`torch.onnx.export(..., dynamo=True)` traces the same forward that trains; inside the export
-`export.model` emits `com.microsoft::RotaryEmbedding` and `com.microsoft::MultiHeadAttention`,
-so every attention layer becomes one fused node. Opset 18 for the standard ops keeps the files
-loadable by ONNX Runtime 1.19 (the one inside NGC `tritonserver:24.10-py3`).
+`torch.onnx.export(..., dynamo=True)` traces the same forward that trains, with the model's attention
+set to "ort_fused" for the export (export/attention.py): every attention layer becomes one
+`com.microsoft::MultiHeadAttention` node and RoPE `com.microsoft::RotaryEmbedding`. Opset 18 for the
+standard ops keeps the files loadable by ONNX Runtime 1.19 (the one inside NGC `tritonserver:24.10-py3`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import io
 import logging
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import onnx
 import torch
 from torch import nn
 
+from export.attention import using_attention
+
 OPSET = 18
+# What export_encoder_classifier uses when not told, for callers that only have `decomposed_attention()`.
+_DEFAULT_ATTENTION = contextvars.ContextVar("default_export_attention", default="ort_fused")
 
 
-def export_encoder_classifier(model: nn.Module, out_path: Path, example_len: int = 16) -> Path:
-    """Export a (input_ids, attention_mask) → logits model with dynamic [batch, seq] axes."""
+@contextlib.contextmanager
+def decomposed_attention() -> Iterator[None]:
+    """Inside the block export_encoder_classifier exports plain ONNX ops (MatMul, Softmax, …) instead of
+    the fused ones: the benchmarks' baseline. Prefer `export_encoder_classifier(..., attention="sdpa")`."""
+    token = _DEFAULT_ATTENTION.set("sdpa")
+    try:
+        yield
+    finally:
+        _DEFAULT_ATTENTION.reset(token)
+
+
+def export_encoder_classifier(
+    model: nn.Module, out_path: Path, example_len: int = 16, attention: str | None = None
+) -> Path:
+    """Export a (input_ids, attention_mask) → logits model with dynamic [batch, seq] axes.
+
+    attention: how the graph computes it, "ort_fused" (the served models) or "sdpa" (plain ONNX ops).
+    """
     model = model.eval()
     ids = torch.randint(4, model.cfg.vocab_size, (2, example_len))
     mask = torch.ones_like(ids)
@@ -30,7 +52,7 @@ def export_encoder_classifier(model: nn.Module, out_path: Path, example_len: int
     batch, seq = torch.export.Dim("batch", min=1, max=1024), torch.export.Dim("sequence", min=1, max=model.cfg.max_len)
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    with quiet_exporter():
+    with quiet_exporter(), using_attention(model, attention or _DEFAULT_ATTENTION.get()):
         program = torch.onnx.export(
             model,
             (ids, mask),

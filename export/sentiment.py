@@ -12,7 +12,8 @@ from torch import nn
 
 from export.checkpoint import CONFIG_FILE, load_weights, read_json, round_to_stored_precision, save_checkpoint
 from export.data import LabelledText, negation_examples, read_sentiment, seeded_split
-from export.model import MaskedLanguageModel, ModelConfig, SentimentClassifier
+from export.heads import MaskedLanguageModel
+from export.model import ModelConfig, SentimentClassifier
 from export.tokenizer import UNK_ID, load_tokenizer, train_or_resume, train_tokenizer
 from export.training import TrainConfig, drop_tokens, length_batches, pad_batch, train
 

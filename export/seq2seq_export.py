@@ -4,7 +4,7 @@ Generation runs inside one graph (no per-token round trips): the BeamSearch op (
 T5 contract) calls an *encoder* subgraph once and a *decoder* subgraph once per token, keeps the
 beams, reorders the KV cache and applies the length penalty. Greedy decoding is num_beams = 1.
 Every attention in the subgraphs is one fused `com.microsoft::MultiHeadAttention` node (see
-export/model.py); the files load in ONNX Runtime 1.19.2 (NGC tritonserver:24.10) and 1.31.
+export/attention.py); the files load in ONNX Runtime 1.19.2 (NGC tritonserver:24.10) and 1.31.
 
 Generator model I/O (what the serving front model sends in its BLS request)
 --------------------------------------------------------------------------
@@ -67,7 +67,8 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 from torch import Tensor, nn
 
-from export.model import KV, Seq2Seq
+from export.attention import KV, using_attention
+from export.model import Seq2Seq
 from export.onnx_export import OPSET, quiet_exporter
 from export.tokenizer import strip_generated
 
@@ -130,8 +131,10 @@ def _cache_layers(model: Seq2Seq) -> int:
     return model.cfg.n_decoder_layers + int(model.cfg.copy)
 
 
-def _export(module: nn.Module, args: tuple, names_in: list, names_out: list, shapes) -> onnx.ModelProto:
-    with quiet_exporter(), torch.no_grad():
+def _export(
+    module: nn.Module, args: tuple, names_in: list, names_out: list, shapes, attention: str = "ort_fused"
+) -> onnx.ModelProto:
+    with quiet_exporter(), torch.no_grad(), using_attention(module, attention):
         program = torch.onnx.export(
             module.eval(),
             args,

@@ -10,16 +10,8 @@ from safetensors.torch import load_file
 
 from export.ablation import IGNORE, NOT, POSITIVE, main, negation_example, order_example
 from export.checkpoint import read_json
-from export.model import (
-    POSITIONAL_SCHEMES,
-    Encoder,
-    ModelConfig,
-    RelativePositionBias,
-    SentimentClassifier,
-    Seq2Seq,
-    apply_rope,
-    sinusoidal_table,
-)
+from export.model import Encoder, ModelConfig, SentimentClassifier, Seq2Seq
+from export.positional import POSITIONAL_SCHEMES, RelativePositionBias, apply_rope, sinusoidal_table
 
 SMALL = dict(vocab_size=50, d_model=32, n_heads=4, n_layers=2, d_ff=64, max_len=64, dropout=0.0)
 CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"

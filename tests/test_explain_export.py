@@ -7,12 +7,10 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from export import model as model_module
+from export.attention import AttentionRecord
 from export.explain_export import (
-    PATCHED,
     SentimentExplainer,
     TranslateExplainer,
-    explicit_attention,
     export_sentiment_explainer,
     export_translate_explainer,
 )
@@ -96,15 +94,17 @@ def test_teacher_forcing_reproduces_greedy_generation(seq2seq):
         assert logits[row, : len(target)].argmax(-1).tolist() == target
 
 
-def test_records_every_layer_and_restores_the_fused_kernels(seq2seq):
-    before = {name: getattr(model_module, name) for name in PATCHED}
+def test_records_every_layer_and_leaves_the_model_as_it_was(seq2seq):
+    implementations = [m.attn_implementation for m in seq2seq.modules() if hasattr(m, "attn_implementation")]
     src, src_mask = padded(2, 5, S2S_CFG.vocab_size, seed=3)
-    with torch.no_grad(), explicit_attention() as record:
-        seq2seq(src, src_mask, torch.full((2, 3), S2S_CFG.bos_id))
+    record = AttentionRecord()
+    with torch.no_grad():
+        seq2seq(src, src_mask, torch.full((2, 3), S2S_CFG.bos_id), record)
     assert (len(record.encoder), len(record.decoder), len(record.cross)) == (2, 2, 2)
     causal = record.decoder[0]  # [B, H, T, T]: nothing above the diagonal
     assert torch.triu(causal, diagonal=1).abs().max() == 0
-    assert {name: getattr(model_module, name) for name in PATCHED} == before
+    assert implementations == ["sdpa"] * 6  # encoder self, decoder self and cross per layer
+    assert [m.attn_implementation for m in seq2seq.modules() if hasattr(m, "attn_implementation")] == implementations
 
 
 @pytest.fixture(scope="module")

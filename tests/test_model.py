@@ -5,7 +5,9 @@ import math
 import pytest
 import torch
 
-from export.model import ModelConfig, SentimentClassifier, apply_rope, fused_attention, rope_tables
+from export.attention import AttentionRecord, attention, set_attention, using_attention
+from export.model import ModelConfig, SentimentClassifier
+from export.positional import apply_rope, rope_tables
 
 torch.manual_seed(0)
 
@@ -44,13 +46,46 @@ def naive_attention(q, k, v, mask, n_heads):
     return (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, s, d)
 
 
+@pytest.mark.parametrize("impl", ["sdpa", "explicit"])
 @pytest.mark.parametrize("b,s,t,h", [(1, 5, 5, 1), (3, 7, 7, 4), (2, 4, 9, 2)])
-def test_attention_equals_naive_softmax_qkv(b, s, t, h):
+def test_attention_equals_naive_softmax_qkv(impl, b, s, t, h):
     q, k, v = torch.randn(b, s, 32), torch.randn(b, t, 32), torch.randn(b, t, 32)
     mask = torch.ones(b, t, dtype=torch.int64)
     mask[-1, t // 2 :] = 0
-    got = fused_attention(q, k, v, mask, h, 0.0)
+    got, _, probs = attention(q, k, v, impl, h, key_padding_mask=mask)
     assert torch.allclose(got, naive_attention(q, k, v, mask, h), atol=1e-5)
+    if impl == "explicit":  # [B, H, S, T] distributions that skip padding
+        assert probs.shape == (b, h, s, t)
+        assert torch.allclose(probs.sum(-1), torch.ones(b, h, s), atol=1e-5)
+        assert probs[-1, ..., t // 2 :].abs().max() == 0
+
+
+def small_classifier() -> tuple[SentimentClassifier, torch.Tensor, torch.Tensor]:
+    cfg = ModelConfig(vocab_size=100, d_model=32, n_heads=4, n_layers=2, d_ff=64, dropout=0.0)
+    ids = torch.randint(4, 100, (2, 9))
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0
+    return SentimentClassifier(cfg).eval(), ids, mask
+
+
+@torch.no_grad()
+def test_implementations_are_one_model_and_a_record_gets_every_layer():
+    model, ids, mask = small_classifier()
+    want = model(ids, mask)
+    record = AttentionRecord()
+    assert torch.allclose(model(ids, mask, record), want, atol=1e-5)
+    assert [p.shape for p in record.encoder] == [(2, 4, 9, 9)] * 2
+    assert all(layer.attn.attn_implementation == "sdpa" for layer in model.encoder.blocks)  # a record sets nothing
+    assert torch.allclose(set_attention(model, "explicit")(ids, mask), want, atol=1e-5)
+
+
+def test_fused_attention_exists_only_in_an_export():
+    model, ids, mask = small_classifier()
+    with using_attention(model, "ort_fused"), pytest.raises(RuntimeError, match="exported ONNX graph"):
+        model(ids, mask)
+    assert {block.attn.attn_implementation for block in model.encoder.blocks} == {"sdpa"}  # restored
+    with pytest.raises(ValueError, match="not one of"):
+        set_attention(model, "flash")
 
 
 def test_padding_does_not_change_unpadded_outputs():

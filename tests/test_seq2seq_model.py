@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from export.model import CrossAttention, KVCache, ModelConfig, Seq2Seq, causal_attention, split_heads
+from export.attention import attention, split_heads, using_attention
+from export.model import CrossAttention, KVCache, ModelConfig, Seq2Seq
 
 SIZES = dict(d_model=32, n_heads=4, n_layers=2, n_decoder_layers=2, d_ff=64, dropout=0.0)
 CFG = ModelConfig(vocab_size=120, tgt_vocab_size=90, **SIZES)
@@ -88,25 +89,33 @@ def naive_cross_attention(attn: CrossAttention, x, memory, mask):
 
 
 @torch.no_grad()
-def test_cross_attention_equals_naive_softmax(model):
+@pytest.mark.parametrize("impl", ["sdpa", "explicit"])
+def test_cross_attention_equals_naive_softmax(model, impl):
     attn = model.decoder.blocks[0].cross_attn
     x, memory = torch.randn(3, 5, CFG.d_model), torch.randn(3, 9, CFG.d_model)
     mask = torch.ones(3, 9, dtype=torch.int64)
     mask[1, 4:] = 0
-    got = attn(x, attn.project_memory(memory), mask)
+    with using_attention(attn, impl):
+        got = attn(x, attn.project_memory(memory), mask)
     assert torch.allclose(got, naive_cross_attention(attn, x, memory, mask), atol=1e-5)
 
 
-def test_causal_attention_equals_naive_masked_softmax():
-    h, p, t, d = 2, 4, 3, 16
+@pytest.mark.parametrize("impl", ["sdpa", "explicit"])
+@pytest.mark.parametrize("t", [1, 3])
+def test_causal_attention_equals_naive_masked_softmax(impl, t):
+    h, p, d = 2, 4, 16
     q, k, v = torch.randn(2, t, d), torch.randn(2, t, d), torch.randn(2, t, d)
     past = torch.randn(2, h, p, d // h), torch.randn(2, h, p, d // h)
-    out, (pk, pv) = causal_attention(q, k, v, past, h, 0.0)
+    out, (pk, pv), probs = attention(q, k, v, impl, h, causal=True, past=past)
     assert pk.shape == pv.shape == (2, h, p + t, d // h)
     scores = split_heads(q, h) @ pk.transpose(-1, -2) / math.sqrt(d // h)  # [B, H, T, P+T]
     future = torch.arange(p + t)[None, :] > (p + torch.arange(t))[:, None]
-    want = (scores.masked_fill(future, float("-inf")).softmax(-1) @ pv).transpose(1, 2).flatten(2)
-    assert torch.allclose(out, want, atol=1e-5)
+    want_probs = scores.masked_fill(future, float("-inf")).softmax(-1)
+    assert torch.allclose(out, (want_probs @ pv).transpose(1, 2).flatten(2), atol=1e-5)
+    if impl == "explicit":
+        assert torch.allclose(probs, want_probs, atol=1e-6)
+    else:
+        assert probs is None
 
 
 def test_config_defaults_are_encoder_only_and_old_configs_load():
