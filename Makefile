@@ -35,7 +35,8 @@ $(PERF_ANALYZER)/.installed:
 
 perf-analyzer: $(PERF_ANALYZER)/.installed  ## install the real perf_analyzer (tritonclient 2.51.0 wheel) into .cache
 
-repository: venv  ## export the committed checkpoints to ONNX into model_repository/
+repository: venv  ## generate the Triton configs from tasks/*.toml, export the checkpoints to ONNX into model_repository/
+	$(PY) -m tasks generate
 	$(PY) -m export.build_repository
 
 serve: repository  ## start Triton on 127.0.0.1 (HTTP 8000, gRPC 8001, metrics 8002); Ctrl-C stops it
@@ -65,7 +66,7 @@ ablation: venv  ## positional-encoding ablation (4 schemes, synthetic tasks) int
 
 clean:  ## remove built ONNX files and caches (keeps .venv)
 	rm -rf model_repository/*/1/*.onnx model_repository/*/1/tokenizer.json model_repository/*/1/config.json \
-	       model_repository/.built.json .pytest_cache .ruff_cache
+	       model_repository/*/1/*.toml model_repository/*/1/model.py model_repository/.built.json .pytest_cache .ruff_cache
 
 # ---- operate: load test, deployment checks ----------------------------------------------------------------
 HOST              ?= http://127.0.0.1:8000
@@ -73,7 +74,7 @@ GRPC_HOST         ?=
 USERS             ?= 8
 SPAWN_RATE        ?= 0
 DURATION          ?= 30s
-MIX               ?= sentiment:6,translate:3,summarize:1
+MIX               ?=
 PROTOCOLS         ?= grpc,http
 MAX_NEW_TOKENS    ?= 0
 NUM_BEAMS         ?= 0
@@ -84,7 +85,7 @@ COMPOSE           ?= docker-compose
 
 loadtest: venv  ## locust against a running server (make serve); HOST USERS DURATION MIX MAX_FAILURE_RATIO MAX_P99_MS
 	$(PY) -m loadtest.run --host "$(HOST)" --grpc-host "$(GRPC_HOST)" --users $(USERS) --spawn-rate $(SPAWN_RATE) \
-	  --duration $(DURATION) --mix "$(MIX)" --protocols "$(PROTOCOLS)" --data-dir "$(DATA_DIR)" \
+	  --duration $(DURATION) $(if $(MIX),--mix "$(MIX)") --protocols "$(PROTOCOLS)" --data-dir "$(DATA_DIR)" \
 	  --max-new-tokens $(MAX_NEW_TOKENS) --num-beams $(NUM_BEAMS) \
 	  --max-failure-ratio $(MAX_FAILURE_RATIO) --max-p99-ms $(MAX_P99_MS) --results-dir "$(RESULTS)"
 

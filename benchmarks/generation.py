@@ -23,6 +23,7 @@ from export.generation import greedy
 from export.seq2seq_export import generate_onnx
 from export.training import pad_batch
 from serving.ort_backend.session_config import available_cpus
+from tasks.definition import get as get_task
 
 TASKS = ("translate", "summarize")
 EAGER, OP_GREEDY, OP_BEAM4 = "pytorch_eager_greedy", "ort_beamsearch_greedy", "ort_beamsearch_beam4"
@@ -68,7 +69,7 @@ def _generate_onnx(sess: Any, new_tokens: int, beams: int, cfg: Any, ids: torch.
 def measure_task(task: str, profile: Profile) -> list[dict[str, Any]]:
     model, _, src_tok, tgt_tok = seq2seq.load(CHECKPOINTS / task)
     model.eval()
-    new_tokens = profile.generation_new_tokens or seq2seq.TASKS[task].default_new_tokens
+    new_tokens = profile.generation_new_tokens or get_task(task).option("max_new_tokens").default
     variants: dict[str, Callable[[torch.Tensor, torch.Tensor], list[list[int]]]] = {
         **threads.both_thread_counts(EAGER, lambda ids, mask: greedy(model, ids, mask, new_tokens)),
     }

@@ -10,7 +10,6 @@ import onnxruntime as ort
 import torch
 from torch import nn
 
-from export.model import decomposed_attention
 from export.onnx_export import export_encoder_classifier
 from export.providers import inference_session
 from serving.ort_backend.session_config import OrtSettings, available_cpus, session_options
@@ -27,8 +26,7 @@ def session(path: Path, threads: int | None = None) -> ort.InferenceSession:
 
 def export_decomposed(model: nn.Module, out_path: Path) -> Path:
     """The same model exported with plain MatMul/Softmax attention: the baseline of the fused operators."""
-    with decomposed_attention():
-        return export_encoder_classifier(model, out_path)
+    return export_encoder_classifier(model, out_path, attention="sdpa")
 
 
 def rope_path_nodes(model: onnx.ModelProto) -> list[str]:

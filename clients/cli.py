@@ -1,4 +1,4 @@
-"""Command line: `python -m clients` / `ropeserve`, one sub-command per Triton model.
+"""Command line: `python -m clients` / `ropeserve`, one sub-command per task of ``tasks/*.toml``, plus explain.
 
 Parsing, reading texts, calling and formatting are separate functions so tests can drive each one alone
 (the formatter takes any object with the `Client` methods). Connection flags are accepted before or after the
@@ -13,11 +13,13 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, is_dataclass
 from typing import Any, TextIO
 
+from tasks.definition import Option, Task, registry
+
 from .client import Client
-from .endpoints import ENDPOINTS, Sentiment
+from .endpoints import endpoint
 from .errors import ClientError, ServerUnreachable
 from .explain_cli import EXAMPLE as EXPLAIN_EXAMPLE
 from .explain_cli import add_explain_parser, explain_lines
@@ -29,22 +31,7 @@ EXIT_OK = 0
 EXIT_REQUEST_FAILED = 1  # the server answered with an error, or did not answer in time
 EXIT_USAGE = 2  # argparse's own code for bad command lines
 EXIT_UNREACHABLE = 3
-DEFAULT_BATCH_SIZE = 8  # a safe batch for every model (the explain models take 8); sentiment takes 64
-
-COMMANDS: dict[str, tuple[str, str]] = {  # name -> (one-line help, example)
-    "sentiment": (
-        "classify Chinese reviews as positive/negative; prints label, score and text per line",
-        'python -m clients sentiment "这部电影不差" "太难看了"',
-    ),
-    "translate": (
-        "translate Chinese to English; prints one translation per line",
-        'python -m clients translate "我爱你。" --beams 4 --max-new-tokens 32',
-    ),
-    "summarize": (
-        "summarize Chinese text into a one-line headline; prints one summary per line",
-        "python -m clients summarize - < articles.txt",
-    ),
-}
+DEFAULT_BATCH_SIZE = 8  # a safe batch for every model (the explain models take 8); the endpoints take 64
 
 EPILOG = """\
 texts: give them as arguments; "-" reads one text per non-empty line from stdin.
@@ -52,7 +39,7 @@ output: one line per text in input order; --json prints one JSON object per line
 exit codes: 0 ok, 1 the server rejected a request or timed out, 2 bad command line, 3 server unreachable.
 
 examples:
-""" + "\n".join(f"  {example}" for example in [*(e for _, e in COMMANDS.values()), EXPLAIN_EXAMPLE])
+"""
 
 
 def positive_int(value: str) -> int:
@@ -103,47 +90,51 @@ def add_common_flags(parser: argparse.ArgumentParser, with_defaults: bool) -> No
     parser.add_argument("--json", action="store_true", default=default(False), help="print one JSON object per text")
 
 
-def add_generation_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--beams",
-        "--num-beams",
-        dest="num_beams",
-        type=int,
-        metavar="N",
-        help="beam width 1..8 (server default: 4)",
-    )
-    parser.add_argument(
-        "--max-new-tokens",
-        dest="max_new_tokens",
-        type=int,
-        metavar="N",
-        help="cap on generated tokens (server default)",
-    )
+def add_option_flags(parser: argparse.ArgumentParser, options: Iterable[Option]) -> None:
+    """One flag per task option, named and bounded by the task definition; unset flags are not sent."""
+    for option in options:
+        parser.add_argument(
+            *option.flags,
+            dest=option.keyword,
+            type=int,
+            metavar="N",
+            help=f"{option.help}, {option.low}..{option.high} (server default: {option.default})",
+        )
+
+
+def explained_options(tasks: dict[str, Task]) -> list[Option]:
+    """The options of the explainable tasks, each keyword once (the explain command takes any of them)."""
+    found: dict[str, Option] = {}
+    for task in tasks.values():
+        if task.explain is not None:
+            for option in task.options:
+                found.setdefault(option.keyword, option)
+    return list(found.values())
 
 
 def build_parser() -> argparse.ArgumentParser:
+    tasks = registry()
     parser = argparse.ArgumentParser(
         prog="python -m clients",
-        description="Call the ropeserve Triton models: sentiment, translate, summarize, and explain their attention.",
-        epilog=EPILOG,
+        description=f"Call the ropeserve Triton endpoints: {', '.join(tasks)}, and explain their attention.",
+        epilog=EPILOG + "\n".join(f"  {e}" for e in [*(t.example for t in tasks.values()), EXPLAIN_EXAMPLE]),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_common_flags(parser, with_defaults=True)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, (summary, example) in COMMANDS.items():
+    for name, task in tasks.items():
         command = commands.add_parser(
             name,
-            help=summary,
-            description=f"{summary[0].upper()}{summary[1:]}.",
-            epilog=f"example:\n  {example}",
+            help=task.summary,
+            description=f"{task.summary[0].upper()}{task.summary[1:]}.",
+            epilog=f"example:\n  {task.example}",
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        command.add_argument("texts", nargs="+", metavar="TEXT", help='Chinese text; "-" reads lines from stdin')
-        if ENDPOINTS[name].int_options:
-            add_generation_flags(command)
+        command.add_argument("texts", nargs="+", metavar="TEXT", help='text; "-" reads lines from stdin')
+        add_option_flags(command, task.options)
         add_common_flags(command, with_defaults=False)
     explain = add_explain_parser(commands)
-    add_generation_flags(explain)
+    add_option_flags(explain, explained_options(tasks))
     add_common_flags(explain, with_defaults=False)
     return parser
 
@@ -159,9 +150,9 @@ def read_texts(arguments: Sequence[str], stdin: TextIO) -> list[str]:
     return texts
 
 
-def generation_options(task: str, args: argparse.Namespace) -> dict[str, int | None]:
+def task_options(task: str, args: argparse.Namespace) -> dict[str, int | None]:
     """The keyword arguments of `task`'s client method that the command line set (names match the SDK's)."""
-    return {keyword: getattr(args, keyword, None) for keyword in ENDPOINTS[task].int_options}
+    return {keyword: getattr(args, keyword, None) for keyword in endpoint(task).int_options}
 
 
 def chunks(texts: Sequence[str], size: int) -> Iterator[Sequence[str]]:
@@ -190,14 +181,20 @@ def one_line(text: str) -> str:
 
 
 def format_result(task: str, text: str, result: Any, as_json: bool) -> str:
-    """One output line: tab-separated for people and `cut`, or (--json) a JSON object, UTF-8 unescaped."""
-    if isinstance(result, Sentiment):
-        if as_json:
-            return json.dumps({"text": text, **asdict(result)}, ensure_ascii=False)
-        return f"{result.label}\t{result.score:.4f}\t{one_line(text)}"
+    """One output line: tab-separated for people and `cut`, or (--json) a JSON object, UTF-8 unescaped.
+
+    A task with several outputs prints them all, then the text; a task with one prints just its answer.
+    """
+    fields = asdict(result) if is_dataclass(result) else {endpoint(task).outputs[0].lower(): result}
     if as_json:
-        return json.dumps({"text": text, ENDPOINTS[task].outputs[0].lower(): result}, ensure_ascii=False)
-    return one_line(result)
+        return json.dumps({"text": text, **fields}, ensure_ascii=False)
+    if len(fields) == 1:
+        return one_line(str(result))
+    return "\t".join([*(format_value(value) for value in fields.values()), one_line(text)])
+
+
+def format_value(value: Any) -> str:
+    return f"{value:.4f}" if isinstance(value, float) else one_line(str(value))
 
 
 def format_results(task: str, pairs: Iterable[tuple[str, Any]], as_json: bool) -> Iterator[str]:
@@ -215,10 +212,10 @@ def one_line_error(error: ClientError, task: str, url: str) -> tuple[str, int]:
 def output_lines(client: Any, args: argparse.Namespace, texts: Sequence[str]) -> Iterator[str]:
     """The lines to print for a parsed command line, requests sent as the lines are consumed."""
     if args.command == "explain":
-        options = {"max_new_tokens": args.max_new_tokens, "num_beams": args.num_beams}
+        options = {o.keyword: getattr(args, o.keyword) for o in explained_options(registry())}
         pairs = run_batches(functools.partial(client.explain, args.task), texts, options, args.batch_size)
         return explain_lines(pairs, args, len(texts))
-    pairs = run_task(client, args.command, texts, generation_options(args.command, args), args.batch_size)
+    pairs = run_task(client, args.command, texts, task_options(args.command, args), args.batch_size)
     return format_results(args.command, pairs, args.json)
 
 

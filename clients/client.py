@@ -1,4 +1,4 @@
-"""Blocking and asyncio clients for the `sentiment`, `translate` and `summarize` Triton models.
+"""Blocking and asyncio clients for the Triton endpoints: one method per task of ``tasks/*.toml``.
 
     from clients import Client
 
@@ -7,6 +7,10 @@
         # -> [Sentiment(label='positive', score=0.97), Sentiment(label='negative', score=0.99)]
         client.translate("我爱你。", num_beams=4)  # -> ['I love you.']
         client.explain("translate", "我爱你。")[0].attention  # -> [layers, target, source] cross-attention
+
+Each task is a method named after it (``client.translate``), with the task's options as keyword arguments
+(from its definition; ``client.infer("translate", texts, num_beams=4)`` is the same call). A task defined in a
+folder of ``$ROPESERVE_TASKS_PATH`` gets its method the same way.
 
 Conventions shared by both clients:
 
@@ -24,21 +28,15 @@ Conventions shared by both clients:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Self, TypeVar
 
-from .endpoints import (
-    ENDPOINTS,
-    SENTIMENT,
-    SUMMARIZE,
-    TRANSLATE,
-    Endpoint,
-    Sentiment,
-    build_inputs,
-    normalize_texts,
-)
+from tasks.definition import get as get_task
+
+from .endpoints import Endpoint, build_inputs, endpoint, endpoints, normalize_texts
 from .errors import ClientError, translated_errors
 from .explain import SentimentAttention, TranslationAlignment, explain_endpoint, explain_options
 from .retry import RetryPolicy, call_with_retry, call_with_retry_async
@@ -58,10 +56,6 @@ class _Request:
     inputs: list[Any]
     outputs: list[Any]
     rows: int
-
-
-def _generation_options(max_new_tokens: int | None, num_beams: int | None) -> dict[str, int | None]:
-    return {"max_new_tokens": max_new_tokens, "num_beams": num_beams}
 
 
 class _ClientBase:
@@ -101,12 +95,28 @@ class _ClientBase:
     def _errors(self) -> AbstractContextManager[None]:
         return translated_errors(self.url, self.timeout_s)
 
+    def __getattr__(self, name: str) -> Any:
+        """``client.<task>(texts, **options)`` for every task: :meth:`infer` with the task filled in."""
+        if name.startswith("_") or name not in endpoints():
+            raise AttributeError(f"{type(self).__name__!r} has no attribute {name!r}")
+        method = functools.partial(self.infer, name)
+        method.__doc__ = endpoint_help(name)
+        return method
+
+    def __dir__(self) -> list[str]:
+        return [*super().__dir__(), *endpoints()]
+
+
+def endpoint_help(task: str) -> str:
+    """The docstring of a task's method: what it returns and its options, from the definition."""
+    definition = get_task(task)
+    lines = [f"{definition.summary} (one result per text)."]
+    lines += [f"{o.keyword}: {o.help}, {o.low}..{o.high} (server default {o.default})" for o in definition.options]
+    return "\n".join(lines)
+
 
 def _model_for(task: str) -> str:
-    try:
-        return ENDPOINTS[task].model
-    except KeyError:
-        raise ValueError(f"task must be one of {', '.join(ENDPOINTS)}, got {task!r}") from None
+    return endpoint(task).model
 
 
 class Client(_ClientBase):
@@ -124,23 +134,15 @@ class Client(_ClientBase):
         super().__init__(url, protocol, timeout_s, retry)
         self._triton = self.transport.open(self.url, self.timeout_s, asynchronous=False)
 
-    def sentiment(self, texts: Texts) -> list[Sentiment]:
-        """Positive/negative verdict with its probability, one per text."""
-        return self._infer(SENTIMENT, texts, {})
-
-    def translate(self, texts: Texts, max_new_tokens: int | None = None, num_beams: int | None = None) -> list[str]:
-        """Chinese → English, one translation per text."""
-        return self._infer(TRANSLATE, texts, _generation_options(max_new_tokens, num_beams))
-
-    def summarize(self, texts: Texts, max_new_tokens: int | None = None, num_beams: int | None = None) -> list[str]:
-        """Chinese text → one-line Chinese headline, one per text."""
-        return self._infer(SUMMARIZE, texts, _generation_options(max_new_tokens, num_beams))
+    def infer(self, task: str, texts: Texts, **options: int | None) -> list[Any]:
+        """`task`'s answer for each text; options (e.g. ``num_beams``) left as None get the server's default."""
+        return self._infer(endpoint(task), texts, options)
 
     def explain(
-        self, task: str, texts: Texts, max_new_tokens: int | None = None, num_beams: int | None = None
+        self, task: str, texts: Texts, **options: int | None
     ) -> list[TranslationAlignment] | list[SentimentAttention]:
         """`task`'s answer plus its tokens and attention matrices, one per text ("translate" or "sentiment")."""
-        return self._infer(explain_endpoint(task), texts, explain_options(max_new_tokens, num_beams))
+        return self._infer(explain_endpoint(task), texts, explain_options(options))
 
     def is_ready(self, task: str | None = None) -> bool:
         """Whether the server (and `task`'s model, if named) can take requests; False rather than raise."""
@@ -190,27 +192,15 @@ class AsyncClient(_ClientBase):
         super().__init__(url, protocol, timeout_s, retry)
         self._opened: Any = None
 
-    async def sentiment(self, texts: Texts) -> list[Sentiment]:
-        """Positive/negative verdict with its probability, one per text."""
-        return await self._infer(SENTIMENT, texts, {})
-
-    async def translate(
-        self, texts: Texts, max_new_tokens: int | None = None, num_beams: int | None = None
-    ) -> list[str]:
-        """Chinese → English, one translation per text."""
-        return await self._infer(TRANSLATE, texts, _generation_options(max_new_tokens, num_beams))
-
-    async def summarize(
-        self, texts: Texts, max_new_tokens: int | None = None, num_beams: int | None = None
-    ) -> list[str]:
-        """Chinese text → one-line Chinese headline, one per text."""
-        return await self._infer(SUMMARIZE, texts, _generation_options(max_new_tokens, num_beams))
+    async def infer(self, task: str, texts: Texts, **options: int | None) -> list[Any]:
+        """`task`'s answer for each text; options (e.g. ``num_beams``) left as None get the server's default."""
+        return await self._infer(endpoint(task), texts, options)
 
     async def explain(
-        self, task: str, texts: Texts, max_new_tokens: int | None = None, num_beams: int | None = None
+        self, task: str, texts: Texts, **options: int | None
     ) -> list[TranslationAlignment] | list[SentimentAttention]:
         """`task`'s answer plus its tokens and attention matrices, one per text ("translate" or "sentiment")."""
-        return await self._infer(explain_endpoint(task), texts, explain_options(max_new_tokens, num_beams))
+        return await self._infer(explain_endpoint(task), texts, explain_options(options))
 
     async def is_ready(self, task: str | None = None) -> bool:
         """Whether the server (and `task`'s model, if named) can take requests; False rather than raise."""

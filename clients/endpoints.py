@@ -1,33 +1,30 @@
-"""What the three Triton models expect and return, written once for every client and transport.
+"""What the Triton endpoints expect and return, derived from the task definitions (``tasks/*.toml``).
 
 Each public model takes a batch of UTF-8 strings as ``TEXT`` (BYTES, shape [N, 1]) plus optional INT32 knobs
 (shape [N, 1], the same value on every row because the model batches rows from different requests), and
 answers with one row per input. Only the model name, the knobs and how to read the answer differ: that is
-`Endpoint`.
+`Endpoint`, built from a task's definition by :func:`endpoint`. A task with one output answers with that value
+per text (a str for a text output); a task with several answers with an instance of its ``result`` class, a
+frozen dataclass whose fields are the outputs' names in lower case (``Sentiment(label, score)``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
+from functools import cache
 from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
+
+from tasks.definition import TEXT_INPUT, Task, get, registry
 
 from .errors import BAD_RESPONSE, ClientError
 
 T = TypeVar("T")
 
-TEXT_INPUT = "TEXT"
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
-
-
-@dataclass(frozen=True)
-class Sentiment:
-    """The model's verdict on one text: `label` is "positive" or "negative", `score` its probability."""
-
-    label: str
-    score: float
+PYTHON_TYPES = {"string": str, "fp32": float, "int32": int, "int64": int}
 
 
 class InferResultLike(Protocol):
@@ -136,25 +133,63 @@ def as_text(value: bytes | str) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
-def decode_sentiment(result: InferResultLike, rows: int) -> list[Sentiment]:
-    labels = output_column(result, "LABEL", rows)
-    scores = output_column(result, "SCORE", rows)
-    return [Sentiment(as_text(label), float(score)) for label, score in zip(labels, scores, strict=True)]
+def column_decoder(output: str, kind: str) -> Callable[[InferResultLike, int], list[Any]]:
+    """One value per row of `output`: str for text outputs, float or int for numbers."""
+    convert = as_text if kind == "string" else PYTHON_TYPES[kind]
 
-
-def text_decoder(output: str) -> Decoder[str]:
-    """A decoder for models whose only output is one string per row."""
-
-    def decode(result: InferResultLike, rows: int) -> list[str]:
-        return [as_text(value) for value in output_column(result, output, rows)]
+    def decode(result: InferResultLike, rows: int) -> list[Any]:
+        return [convert(value) for value in output_column(result, output, rows)]
 
     return decode
 
 
-GENERATION_OPTIONS: Mapping[str, str] = {"max_new_tokens": "MAX_NEW_TOKENS", "num_beams": "NUM_BEAMS"}
+def text_decoder(output: str) -> Decoder[str]:
+    """A decoder for models whose only output is one string per row."""
+    return column_decoder(output, "string")
 
-SENTIMENT: Endpoint[Sentiment] = Endpoint("sentiment", ("LABEL", "SCORE"), decode_sentiment)
-TRANSLATE: Endpoint[str] = Endpoint("translate", ("TRANSLATION",), text_decoder("TRANSLATION"), GENERATION_OPTIONS)
-SUMMARIZE: Endpoint[str] = Endpoint("summarize", ("SUMMARY",), text_decoder("SUMMARY"), GENERATION_OPTIONS)
 
-ENDPOINTS: Mapping[str, Endpoint[Any]] = {e.model: e for e in (SENTIMENT, TRANSLATE, SUMMARIZE)}
+@cache
+def result_class(task: Task) -> type:
+    """The frozen dataclass a task with several outputs answers with, named by its definition's ``result``."""
+    fields = [(t.name.lower(), PYTHON_TYPES[t.type]) for t in task.endpoint.outputs]
+    cls = make_dataclass(task.result, fields, frozen=True)
+    cls.__module__ = __name__
+    cls.__doc__ = f"`{task.name}`'s answer for one text: {', '.join(name for name, _ in fields)}."
+    return cls
+
+
+def _decoder(task: Task) -> Decoder[Any]:
+    outputs = task.endpoint.outputs
+    if len(outputs) == 1:
+        return column_decoder(outputs[0].name, outputs[0].type)
+    columns = [column_decoder(t.name, t.type) for t in outputs]
+    cls = result_class(task)
+
+    def decode(result: InferResultLike, rows: int) -> list[Any]:
+        return [cls(*values) for values in zip(*(column(result, rows) for column in columns), strict=True)]
+
+    return decode
+
+
+def options_of(task: Task) -> Mapping[str, str]:
+    """Python keyword -> Triton input name, for the task's options."""
+    return {option.keyword: option.input for option in task.options}
+
+
+@cache
+def _endpoint(task: Task) -> Endpoint[Any]:
+    outputs = tuple(t.name for t in task.endpoint.outputs)
+    return Endpoint(task.name, outputs, _decoder(task), options_of(task))
+
+
+def endpoint(task: str) -> Endpoint[Any]:
+    """The endpoint of `task` (``ValueError`` naming the known tasks if there is none)."""
+    return _endpoint(get(task))
+
+
+def endpoints() -> dict[str, Endpoint[Any]]:
+    """Every task's endpoint, built-in and from ``$ROPESERVE_TASKS_PATH``."""
+    return {name: _endpoint(task) for name, task in registry().items()}
+
+
+Sentiment = result_class(get("sentiment"))

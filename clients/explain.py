@@ -7,21 +7,15 @@ is its number of non-empty tokens).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .endpoints import (
-    GENERATION_OPTIONS,
-    Endpoint,
-    InferResultLike,
-    as_text,
-    decode_sentiment,
-    output_rows,
-    text_decoder,
-)
+from tasks.definition import get as get_task
+
+from .endpoints import Endpoint, InferResultLike, as_text, endpoint, options_of, output_rows, text_decoder
 
 
 @dataclass(frozen=True)
@@ -75,7 +69,7 @@ def decode_translation_alignment(result: InferResultLike, rows: int) -> list[Tra
 
 
 def decode_sentiment_attention(result: InferResultLike, rows: int) -> list[SentimentAttention]:
-    verdicts = decode_sentiment(result, rows)
+    verdicts = endpoint("sentiment").decode(result, rows)
     tokens = token_rows(result, "TOKENS", rows)
     attention = output_rows(result, "ATTENTION", rows)  # [N, L, S, S]
     rollout = output_rows(result, "ROLLOUT", rows)  # [N, S]
@@ -85,26 +79,21 @@ def decode_sentiment_attention(result: InferResultLike, rows: int) -> list[Senti
     ]
 
 
-TRANSLATE_EXPLAIN: Endpoint[TranslationAlignment] = Endpoint(
-    "translate_explain",
-    ("TRANSLATION", "SOURCE_TOKENS", "TARGET_TOKENS", "ATTENTION"),
-    decode_translation_alignment,
-    GENERATION_OPTIONS,
-)
-SENTIMENT_EXPLAIN: Endpoint[SentimentAttention] = Endpoint(
-    "sentiment_explain", ("LABEL", "SCORE", "TOKENS", "ATTENTION", "ROLLOUT"), decode_sentiment_attention
-)
-EXPLAIN: Mapping[str, Endpoint[Any]] = {"translate": TRANSLATE_EXPLAIN, "sentiment": SENTIMENT_EXPLAIN}
+# How to read each explain twin's answer; its model name, outputs and options come from the task definition.
+DECODERS: Mapping[str, Callable[[InferResultLike, int], list[Any]]] = {
+    "translate": decode_translation_alignment,
+    "sentiment": decode_sentiment_attention,
+}
 
 
 def explain_endpoint(task: str) -> Endpoint[Any]:
-    try:
-        return EXPLAIN[task]
-    except KeyError:
-        raise ValueError(f"explain is available for {' and '.join(EXPLAIN)}, got {task!r}") from None
+    if task not in DECODERS or get_task(task).explain is None:
+        raise ValueError(f"explain is available for {' and '.join(DECODERS)}, got {task!r}")
+    definition = get_task(task)
+    twin = definition.explain
+    return Endpoint(twin.name, tuple(t.name for t in twin.outputs), DECODERS[task], options_of(definition))
 
 
-def explain_options(max_new_tokens: int | None, num_beams: int | None) -> dict[str, int]:
+def explain_options(options: Mapping[str, int | None]) -> dict[str, int]:
     """Only the options that were set: `sentiment` has none, and naming one for it is a TypeError."""
-    options = {"max_new_tokens": max_new_tokens, "num_beams": num_beams}
     return {keyword: value for keyword, value in options.items() if value is not None}

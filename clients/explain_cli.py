@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .explain import EXPLAIN, SentimentAttention, TranslationAlignment
+from .explain import DECODERS, SentimentAttention, TranslationAlignment
 
 EXAMPLE = 'python -m clients explain translate "我爱你。" --png alignment.png'
 SENTIMENT_EXAMPLE = "python -m clients explain sentiment 这部电影不差 --png attention.png --layer 0"
@@ -31,7 +31,7 @@ def add_explain_parser(commands: Any) -> argparse.ArgumentParser:
         epilog=f"examples:\n  {EXAMPLE}\n  {SENTIMENT_EXAMPLE}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("task", choices=sorted(EXPLAIN), help="the endpoint to explain")
+    parser.add_argument("task", choices=sorted(DECODERS), help="the endpoint to explain")
     parser.add_argument("texts", nargs="+", metavar="TEXT", help='Chinese text; "-" reads lines from stdin')
     parser.add_argument(
         "--png",

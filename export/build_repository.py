@@ -1,17 +1,19 @@
-"""Build the Triton model repository from the committed checkpoints.
+"""Build the Triton model repository from the task definitions and the committed checkpoints.
 
-`python -m export.build_repository` exports each checkpoint to ONNX
-(`sentiment_encoder`, `translate_generator`, `summarize_generator`, and the explain models
-`sentiment_attention`, `translate_attention` under
-`model_repository/<model>/1/model.onnx`) and copies the tokenizers and task config next to the
-front model. A stamp file records the checkpoint hashes, so an unchanged checkpoint is
-not exported again (`--force` rebuilds).
+`python -m export.build_repository` fills each task's models (``tasks/<name>.toml``) into `model_repository/`: every
+ONNX model is exported from the task's checkpoint by the function its ``export`` names (or copied from the ``file``
+beside the definition), and each front model's version folder receives its ``model.py``
+(serving/frontends/triton_model.py), the definition (``<task>.toml``), the assets it lists (tokenizers, config.json)
+and, for a task defined outside this package, its task module. The Triton configs are generated separately (`python
+-m tasks generate`; `make repository` runs both). A stamp file records what each task was built from, so an
+unchanged task is not exported again (`--force` rebuilds).
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib
 import json
 import shutil
 import time
@@ -19,107 +21,127 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
+from tasks.definition import Task, registry
+
 ROOT = Path(__file__).resolve().parents[1]
 STAMP = ".built.json"
+FRONT_MODEL_PY = ROOT / "serving" / "frontends" / "triton_model.py"  # every front model's model.py
 
 
-def fingerprint(folder: Path) -> str:
-    h = hashlib.sha256()
-    for path in sorted(folder.iterdir()):
+def fingerprint(task: Task, source: Path) -> str:
+    """What the built files depend on: the definition and every file of the checkpoint (or task) folder."""
+    h = hashlib.sha256(task.source.read_bytes() + FRONT_MODEL_PY.read_bytes())
+    for path in sorted(source.iterdir()):
         if path.is_file() and path.name != "metrics.json":
             h.update(path.name.encode())
             h.update(path.read_bytes())
     return h.hexdigest()
 
 
-def copy_assets(checkpoint: Path, front: Path, names: list[str]) -> list[Path]:
-    """Tokenizer and task config go next to the front model's model.py (read in initialize())."""
-    front.mkdir(parents=True, exist_ok=True)
-    for name in names:
-        shutil.copy2(checkpoint / name, front / name)
-    return [front / name for name in names]
+# -- exporters named by the definitions: (task, checkpoint folder, model.onnx to write) -> the file written ------
 
 
-def build_sentiment(checkpoint: Path, repository: Path) -> list[Path]:
+def encoder_classifier(task: Task, checkpoint: Path, destination: Path) -> Path:
     from export import sentiment
     from export.onnx_export import export_encoder_classifier
 
     model, _, _ = sentiment.load(checkpoint)
-    onnx_path = export_encoder_classifier(model, repository / ONNX_MODEL["sentiment"] / "1" / "model.onnx")
-    return [onnx_path, *copy_assets(checkpoint, repository / "sentiment" / "1", ["tokenizer.json", "config.json"])]
+    return export_encoder_classifier(model, destination)
 
 
-def build_seq2seq(task: str) -> Callable[[Path, Path], list[Path]]:
-    def builder(checkpoint: Path, repository: Path) -> list[Path]:
-        from export import seq2seq
-        from export.generation import Decoding
-        from export.seq2seq_export import export_generator
+def seq2seq_generator(task: Task, checkpoint: Path, destination: Path) -> Path:
+    """The BeamSearch generator, its length limit the top of the task's `max_new_tokens` range."""
+    from export import seq2seq
+    from export.generation import Decoding
+    from export.seq2seq_export import export_generator
 
-        model, config, _, _ = seq2seq.load(checkpoint)
-        onnx_path = export_generator(
-            model,
-            repository / ONNX_MODEL[task] / "1" / "model.onnx",
-            max_len=config["max_new_tokens_limit"] + 1,
-            **asdict(Decoding.from_config(config)),
-        )
-        assets = ["tokenizer.json", "target_tokenizer.json", "config.json"]
-        return [onnx_path, *copy_assets(checkpoint, repository / task / "1", assets)]
-
-    return builder
+    model, config, _, _ = seq2seq.load(checkpoint)
+    max_len = task.option("max_new_tokens").high + 1  # the start token counts
+    return export_generator(model, destination, max_len=max_len, **asdict(Decoding.from_config(config)))
 
 
-def build_explain(task: str) -> Callable[[Path, Path], list[Path]]:
-    """`<task>_explain`: the attention-returning ONNX model (export/explain_export.py) and the task's assets."""
+def explainer(task: Task, checkpoint: Path, destination: Path) -> Path:
+    from export.explain_export import export_explainer
 
-    def builder(checkpoint: Path, repository: Path) -> list[Path]:
-        from export.explain_export import export_explainer
-
-        front = f"{task}_explain"
-        onnx_path = export_explainer(task, checkpoint, repository / ONNX_MODEL[front] / "1" / "model.onnx")
-        assets = [n for n in ("tokenizer.json", "target_tokenizer.json", "config.json") if (checkpoint / n).exists()]
-        return [onnx_path, *copy_assets(checkpoint, repository / front / "1", assets)]
-
-    return builder
+    return export_explainer(task.name, checkpoint, destination)
 
 
-# public front model → the ONNX model it calls
-ONNX_MODEL = {"sentiment": "sentiment_encoder", "translate": "translate_generator", "summarize": "summarize_generator"}
-ONNX_MODEL |= {"sentiment_explain": "sentiment_attention", "translate_explain": "translate_attention"}
-CHECKPOINT = {"sentiment_explain": "sentiment", "translate_explain": "translate"}  # front model → checkpoint folder
-BUILDERS = {
-    "sentiment": build_sentiment,
-    "translate": build_seq2seq("translate"),
-    "summarize": build_seq2seq("summarize"),
-    "sentiment_explain": build_explain("sentiment"),
-    "translate_explain": build_explain("translate"),
-}
+# ---------------------------------------------------------------------------------------------------------------
 
 
-def build(checkpoints: Path, repository: Path, tasks: list[str] | None = None, force: bool = False) -> list[str]:
-    """Export every task whose checkpoint exists; returns the tasks that were (re)built."""
+def resolve(reference: str) -> Callable[[Task, Path, Path], Path]:
+    module, _, name = reference.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def source_folder(task: Task, checkpoints: Path) -> Path:
+    """Where the task's assets and weights live: its checkpoint folder, or the folder of its definition."""
+    return checkpoints / task.checkpoint if task.checkpoint else task.folder
+
+
+def front_files(task: Task, source: Path) -> list[Path]:
+    """The files each front model's version folder receives."""
+    files = [source / name for name in task.assets]
+    for endpoint in task.endpoints():
+        module = task.folder / (endpoint.front.partition(":")[0].replace(".", "/") + ".py")
+        if module.is_file() and module not in files:  # a task module shipped beside its definition
+            files.append(module)
+    return files
+
+
+def build_task(task: Task, source: Path, repository: Path) -> list[Path]:
+    written = []
+    for model in task.models():
+        destination = repository / model.name / "1" / "model.onnx"
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        if model.export:
+            written.append(resolve(model.export)(task, source, destination))
+        else:
+            written.append(Path(shutil.copy2(task.folder / model.file, destination)))
+    for endpoint in task.endpoints():
+        folder = repository / endpoint.name / "1"
+        folder.mkdir(parents=True, exist_ok=True)
+        written.append(Path(shutil.copy2(FRONT_MODEL_PY, folder / "model.py")))
+        written.append(Path(shutil.copy2(task.source, folder / task.source.name)))
+        written += [Path(shutil.copy2(path, folder / path.name)) for path in front_files(task, source)]
+    return written
+
+
+def build(
+    checkpoints: Path,
+    repository: Path,
+    tasks: list[str] | None = None,
+    force: bool = False,
+    definitions: dict[str, Task] | None = None,
+) -> list[str]:
+    """Build every task whose checkpoint exists; returns the tasks that were (re)built."""
+    definitions = registry() if definitions is None else definitions
     stamp_path = repository / STAMP
     stamp = json.loads(stamp_path.read_text()) if stamp_path.exists() else {}
     built = []
-    for task, builder in BUILDERS.items():
-        if tasks and task not in tasks:
+    for task in definitions.values():
+        if tasks and task.name not in tasks:
             continue
-        folder = checkpoints / CHECKPOINT.get(task, task)
-        if not (folder / "model.safetensors").exists():
-            print(f"skip {task}: no checkpoint at {folder}")
+        source = source_folder(task, checkpoints)
+        missing = [p for p in front_files(task, source) if not p.is_file()]
+        if missing:
+            print(f"skip {task.name}: {', '.join(map(str, missing))} missing")
             continue
-        fp = fingerprint(folder)
-        outputs_exist = (repository / ONNX_MODEL[task] / "1" / "model.onnx").exists()
-        if not force and stamp.get(task) == fp and outputs_exist:
-            print(f"{task}: up to date")
+        fp = fingerprint(task, source)
+        outputs = [repository / m.name / "1" / "model.onnx" for m in task.models()]
+        outputs += [repository / e.name / "1" / "model.py" for e in task.endpoints()]
+        outputs_exist = all(path.exists() for path in outputs)
+        if not force and stamp.get(task.name) == fp and outputs_exist:
+            print(f"{task.name}: up to date")
             continue
         t0 = time.monotonic()
-        print(f"{task}: exporting {folder} → ONNX ...", flush=True)
-        paths = builder(folder, repository)
-        print(
-            f"{task}: wrote {', '.join(str(p.relative_to(repository)) for p in paths)} in {time.monotonic() - t0:.1f}s"
-        )
-        stamp[task] = fp
-        built.append(task)
+        print(f"{task.name}: building from {source} ...", flush=True)
+        paths = build_task(task, source, repository)
+        names = ", ".join(str(p.relative_to(repository)) for p in paths)
+        print(f"{task.name}: wrote {names} in {time.monotonic() - t0:.1f}s")
+        stamp[task.name] = fp
+        built.append(task.name)
+    repository.mkdir(parents=True, exist_ok=True)
     stamp_path.write_text(json.dumps(stamp, indent=2) + "\n")
     return built
 
@@ -128,8 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m export.build_repository", description=__doc__.split("\n\n")[0])
     p.add_argument("--checkpoints", type=Path, default=ROOT / "checkpoints", help="default: %(default)s")
     p.add_argument("--repository", type=Path, default=ROOT / "model_repository", help="default: %(default)s")
-    p.add_argument("--task", action="append", choices=sorted(BUILDERS), help="only these tasks (repeatable)")
-    p.add_argument("--force", action="store_true", help="export even when the checkpoint is unchanged")
+    p.add_argument("--task", action="append", choices=sorted(registry()), help="only these tasks (repeatable)")
+    p.add_argument("--force", action="store_true", help="export even when nothing changed")
     args = p.parse_args(argv)
     build(args.checkpoints, args.repository, args.task, args.force)
     return 0

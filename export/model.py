@@ -435,10 +435,3 @@ def _init_weights(module: nn.Module) -> None:
         if module.padding_idx is not None:
             with torch.no_grad():
                 module.weight[module.padding_idx].zero_()
-
-
-def decomposed_attention():
-    """Kept for benchmarks/onnx_variants.py: `export_encoder_classifier(model, path, attention="sdpa")`."""
-    from export.onnx_export import decomposed_attention as exporting_with_sdpa
-
-    return exporting_with_sdpa()

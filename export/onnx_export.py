@@ -9,11 +9,9 @@ standard ops keeps the files loadable by ONNX Runtime 1.19 (the one inside NGC `
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import io
 import logging
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import onnx
@@ -23,23 +21,10 @@ from torch import nn
 from export.attention import using_attention
 
 OPSET = 18
-# What export_encoder_classifier uses when not told, for callers that only have `decomposed_attention()`.
-_DEFAULT_ATTENTION = contextvars.ContextVar("default_export_attention", default="ort_fused")
-
-
-@contextlib.contextmanager
-def decomposed_attention() -> Iterator[None]:
-    """Inside the block export_encoder_classifier exports plain ONNX ops (MatMul, Softmax, …) instead of
-    the fused ones: the benchmarks' baseline. Prefer `export_encoder_classifier(..., attention="sdpa")`."""
-    token = _DEFAULT_ATTENTION.set("sdpa")
-    try:
-        yield
-    finally:
-        _DEFAULT_ATTENTION.reset(token)
 
 
 def export_encoder_classifier(
-    model: nn.Module, out_path: Path, example_len: int = 16, attention: str | None = None
+    model: nn.Module, out_path: Path, example_len: int = 16, attention: str = "ort_fused"
 ) -> Path:
     """Export a (input_ids, attention_mask) → logits model with dynamic [batch, seq] axes.
 
@@ -52,7 +37,7 @@ def export_encoder_classifier(
     batch, seq = torch.export.Dim("batch", min=1, max=1024), torch.export.Dim("sequence", min=1, max=model.cfg.max_len)
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    with quiet_exporter(), using_attention(model, attention or _DEFAULT_ATTENTION.get()):
+    with quiet_exporter(), using_attention(model, attention):
         program = torch.onnx.export(
             model,
             (ids, mask),

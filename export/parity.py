@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     decoding = Decoding.from_config(config)
     with tempfile.TemporaryDirectory() as tmp:
         path = export_generator(
-            model, Path(tmp) / "generator.onnx", max_len=config["max_new_tokens_limit"] + 1, **asdict(decoding)
+            model, Path(tmp) / "generator.onnx", max_len=task.max_target_tokens + 1, **asdict(decoding)
         )
         session = inference_session(path)  # CUDA where onnxruntime-gpu has it (export/providers.py)
         report = {

@@ -47,7 +47,6 @@ class Seq2SeqTask:
     target_vocab: int
     max_source_tokens: int
     max_target_tokens: int
-    default_new_tokens: int  # served default for MAX_NEW_TOKENS
     score: Callable[[list[str], list[str]], dict[str, float]]
     headline: str  # the score's key that --keep score selects by
     # more training pairs by corpus name (--corpora), and test sets beside the main one (scored too when present)
@@ -65,14 +64,13 @@ TASKS = {
         6000,
         64,
         48,
-        48,
         score=bleu_chrf,
         headline="chrf",
         extra_training=read_translation_extra,
         extra_tests=lambda data_dir: {"wmt_newstest": pairs} if (pairs := read_wmt(data_dir)) else {},
     ),
     "summarize": Seq2SeqTask(
-        "summarize", read_summarization, True, True, 6000, 6000, 160, 40, 32, score=rouge_chars, headline="rougeL"
+        "summarize", read_summarization, True, True, 6000, 6000, 160, 40, score=rouge_chars, headline="rougeL"
     ),
 }
 
@@ -319,8 +317,6 @@ def run(
         "architecture": "Seq2Seq",
         "model": asdict(model_cfg),
         "max_tokens": task.max_source_tokens,
-        "max_new_tokens": task.default_new_tokens,
-        "max_new_tokens_limit": task.max_target_tokens * 2,
         "shared_vocab": task.shared_vocab,
         **asdict(decoding),  # read back by Decoding.from_config
     }

@@ -1,4 +1,5 @@
-"""Locust users for the three endpoints: ``GrpcTritonUser`` (tritonclient.grpc) and ``HttpTritonUser`` (KServe v2 JSON).
+"""Locust users for the endpoints of ``tasks/*.toml``: ``GrpcTritonUser`` (tritonclient.grpc) and ``HttpTritonUser``
+(KServe v2 JSON).
 
 Each user picks an endpoint per request by the ``--mix`` weights and a text from the test sets
 (``--data-dir``) or the built-in list. Run it through ``make loadtest`` / ``python -m loadtest.run``, which
@@ -25,20 +26,26 @@ import numpy as np  # noqa: E402
 import tritonclient.grpc as grpcclient  # noqa: E402
 from locust import HttpUser, User, constant, events, task  # noqa: E402
 
-from loadtest.texts import load_texts, parse_mix  # noqa: E402
+from loadtest.texts import default_mix, inputs_for, load_texts, option_flag, parse_mix  # noqa: E402
+from loadtest.texts import options as task_options  # noqa: E402
+from tasks.definition import registry  # noqa: E402
 
-OUTPUT = {"sentiment": "LABEL", "translate": "TRANSLATION", "summarize": "SUMMARY"}
 SETTINGS: dict[str, Any] = {}
+
+
+def output_of(endpoint: str) -> str:
+    """The output whose row a successful answer must hold (the task's first)."""
+    return registry()[endpoint].endpoint.outputs[0].name
 
 
 @events.init_command_line_parser.add_listener
 def _add_arguments(parser: Any) -> None:
     group = parser.add_argument_group("ropeserve")
     group.add_argument("--grpc-host", default="127.0.0.1:8001", help="Triton gRPC address host:port")
-    group.add_argument("--mix", default="sentiment:6,translate:3,summarize:1", help="endpoint weights")
+    group.add_argument("--mix", default=default_mix(), help="endpoint weights")
     group.add_argument("--data-dir", default="", help="data directory with the test sets (else built-in texts)")
-    group.add_argument("--max-new-tokens", type=int, default=0, help="MAX_NEW_TOKENS for generation (0: default)")
-    group.add_argument("--num-beams", type=int, default=0, help="NUM_BEAMS for generation (0: server default)")
+    for keyword, option in task_options().items():
+        group.add_argument(option_flag(keyword), type=int, default=0, help=f"{option.input} (0: server default)")
     group.add_argument("--request-timeout", type=float, default=60.0, help="seconds per request")
 
 
@@ -54,8 +61,7 @@ def _configure(environment: Any, **_: Any) -> None:
         endpoints=[e for e, w in weights.items() if w > 0],
         weights=[w for w in weights.values() if w > 0],
         grpc_host=options.grpc_host,
-        max_new_tokens=options.max_new_tokens,
-        num_beams=options.num_beams,
+        option_values={keyword: getattr(options, keyword) for keyword in task_options()},
         timeout=options.request_timeout,
     )
     for endpoint, source in sources.items():
@@ -68,14 +74,7 @@ def _pick() -> tuple[str, str]:
 
 
 def _int_options(endpoint: str) -> dict[str, int]:
-    if endpoint == "sentiment":
-        return {}
-    options = {}
-    if SETTINGS["max_new_tokens"]:
-        options["MAX_NEW_TOKENS"] = SETTINGS["max_new_tokens"]
-    if SETTINGS["num_beams"]:
-        options["NUM_BEAMS"] = SETTINGS["num_beams"]
-    return options
+    return inputs_for(endpoint, SETTINGS["option_values"])
 
 
 class GrpcTritonUser(User):
@@ -103,9 +102,9 @@ class GrpcTritonUser(User):
         length = 0
         try:
             result = self.client.infer(endpoint, inputs, client_timeout=SETTINGS["timeout"])
-            column = result.as_numpy(OUTPUT[endpoint])
+            column = result.as_numpy(output_of(endpoint))
             if column is None or column.shape != (1, 1):
-                raise ValueError(f"{endpoint}: expected output {OUTPUT[endpoint]} with shape [1, 1]")
+                raise ValueError(f"{endpoint}: expected output {output_of(endpoint)} with shape [1, 1]")
             length = len(column[0, 0])
         except Exception as err:  # noqa: BLE001 - every failure is reported to locust, none ends the user
             exception = err
@@ -144,9 +143,9 @@ class HttpTritonUser(HttpUser):
                 return
             try:
                 outputs = {out["name"]: out for out in response.json()["outputs"]}
-                rows = outputs[OUTPUT[endpoint]]["data"]
+                rows = outputs[output_of(endpoint)]["data"]
             except (ValueError, KeyError, TypeError) as err:
                 response.failure(f"{endpoint}: malformed answer ({err!r})")
                 return
             if len(rows) != 1:
-                response.failure(f"{endpoint}: expected 1 row of {OUTPUT[endpoint]}, got {len(rows)}")
+                response.failure(f"{endpoint}: expected 1 row of {output_of(endpoint)}, got {len(rows)}")

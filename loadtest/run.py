@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 
 from loadtest.report import write_report
-from loadtest.texts import parse_mix
+from loadtest.texts import default_mix, option_flag, options, parse_mix
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
@@ -45,11 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--users", type=int, default=8, help="concurrent users (default: %(default)s)")
     p.add_argument("--spawn-rate", type=float, default=0, help="users started per second (default: all at once)")
     p.add_argument("--duration", type=parse_duration, default="30s", help="run time, e.g. 30s, 2m")
-    p.add_argument("--mix", default="sentiment:6,translate:3,summarize:1", help="endpoint weights")
+    p.add_argument("--mix", default=default_mix(), help="endpoint weights (default: %(default)s)")
     p.add_argument("--protocols", default="grpc,http", help="grpc, http or both (users split evenly)")
     p.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"), help="test sets (else built-in)")
-    p.add_argument("--max-new-tokens", type=int, default=0, help="MAX_NEW_TOKENS for generation (0: default)")
-    p.add_argument("--num-beams", type=int, default=0, help="NUM_BEAMS for generation (0: server default)")
+    for keyword, option in options().items():
+        p.add_argument(option_flag(keyword), type=int, default=0, help=f"{option.input} (0: server default)")
     p.add_argument("--max-failure-ratio", type=float, default=0.01, help="fail above this (default: %(default)s)")
     p.add_argument("--max-p99-ms", type=float, default=10_000, help="fail above this p99 (default: %(default)s)")
     p.add_argument("--results-dir", type=Path, default=ROOT / "loadtest" / "results", help="parent of the run dir")
@@ -101,10 +101,7 @@ def locust_command(args: argparse.Namespace, out_dir: Path) -> list[str]:
         args.mix,
         "--data-dir",
         args.data_dir,
-        "--max-new-tokens",
-        str(args.max_new_tokens),
-        "--num-beams",
-        str(args.num_beams),
+        *(arg for keyword in options() for arg in (option_flag(keyword), str(getattr(args, keyword)))),
         "--csv",
         str(out_dir / PREFIX),
         "--csv-full-history",

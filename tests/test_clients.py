@@ -37,11 +37,9 @@ from clients import (
     cli,
 )
 from clients.endpoints import (
-    ENDPOINTS,
-    SENTIMENT,
-    SUMMARIZE,
-    TRANSLATE,
     build_inputs,
+    endpoint,
+    endpoints,
     int_option_tensor,
     normalize_texts,
     text_tensor,
@@ -57,6 +55,7 @@ from clients.retry import call_with_retry, call_with_retry_async
 from clients.transport import TRANSPORTS, normalize_url, transport_for
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+SENTIMENT, TRANSLATE, SUMMARIZE = endpoint("sentiment"), endpoint("translate"), endpoint("summarize")
 TEXTS = ["这部电影不差", "我爱你。", "😀 emoji and ascii"]
 NO_WAIT = RetryPolicy(max_attempts=3, base_delay_s=0.0, max_delay_s=0.0)
 
@@ -199,20 +198,19 @@ def test_option_range_is_left_to_the_server() -> None:
     assert int_option_tensor("num_beams", np.int64(3), 1).tolist() == [[3]]
 
 
-def test_endpoint_table_matches_the_public_contract() -> None:
-    assert {name: (e.model, e.outputs, dict(e.int_options)) for name, e in ENDPOINTS.items()} == {
-        "sentiment": ("sentiment", ("LABEL", "SCORE"), {}),
-        "translate": (
-            "translate",
-            ("TRANSLATION",),
-            {"max_new_tokens": "MAX_NEW_TOKENS", "num_beams": "NUM_BEAMS"},
-        ),
-        "summarize": (
-            "summarize",
-            ("SUMMARY",),
-            {"max_new_tokens": "MAX_NEW_TOKENS", "num_beams": "NUM_BEAMS"},
-        ),
-    }
+def test_every_endpoint_sends_what_the_served_config_takes_and_asks_for_what_it_returns() -> None:
+    """The SDK's requests fit the committed Triton config of each endpoint (read as Triton reads it)."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    for name, e in endpoints().items():
+        config = text_format.Parse(
+            (REPO_ROOT / "model_repository" / name / "config.pbtxt").read_text(), model_config_pb2.ModelConfig()
+        )
+        optional = {i.name for i in config.input if i.optional}
+        required = {i.name for i in config.input if not i.optional}
+        assert required == {"TEXT"} and set(e.int_options.values()) == optional, name
+        assert set(e.outputs) == {o.name for o in config.output}, name
 
 
 # --- output decoding ---------------------------------------------
@@ -576,8 +574,8 @@ def test_cli_global_flags_work_before_and_after_the_command() -> None:
 
 def test_cli_generation_flags_map_to_sdk_keywords() -> None:
     args = parse("translate", "我爱你。", "--num-beams", "2", "--max-new-tokens", "32")
-    assert cli.generation_options("translate", args) == {"max_new_tokens": 32, "num_beams": 2}
-    assert cli.generation_options("sentiment", parse("sentiment", "x")) == {}
+    assert cli.task_options("translate", args) == {"max_new_tokens": 32, "num_beams": 2}
+    assert cli.task_options("sentiment", parse("sentiment", "x")) == {}
 
 
 @pytest.mark.parametrize(

@@ -68,11 +68,9 @@ SENTENCES = [
 @pytest.fixture(scope="module")
 def generator(tmp_path_factory):
     model, config, src_tok, tgt_tok = seq2seq.load(CHECKPOINT)
-    path = export_generator(
-        model, tmp_path_factory.mktemp("gen") / "g.onnx", max_len=config["max_new_tokens_limit"] + 1
-    )
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     task = seq2seq.TASKS["translate"]
+    path = export_generator(model, tmp_path_factory.mktemp("gen") / "g.onnx", max_len=task.max_target_tokens + 1)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     sources = [src_tok.encode(s, add_special_tokens=False).ids[: task.max_source_tokens - 1] + [3] for s in SENTENCES]
     return model, session, sources, task
 

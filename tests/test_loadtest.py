@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from loadtest.report import Row, judge
-from loadtest.texts import FALLBACK, load_texts, parse_mix
+from loadtest.texts import endpoints, inputs_for, load_texts, parse_mix
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = ROOT.parent / "shared" / "data"
@@ -71,7 +71,11 @@ def test_mix_texts_and_verdict():
         with pytest.raises(ValueError):
             parse_mix(bad)
     texts, sources = load_texts(None)
-    assert texts == FALLBACK and set(sources.values()) == {"built-in list"}
+    assert texts == {name: list(spec.texts) for name, spec in endpoints().items()}
+    assert set(sources.values()) == {"built-in list"}
+    # options go only to the tasks that take them, and 0 leaves the server's default
+    assert inputs_for("translate", {"num_beams": 2, "max_new_tokens": 0}) == {"NUM_BEAMS": 2}
+    assert inputs_for("sentiment", {"num_beams": 2}) == {}
     if DATA_DIR.is_dir():
         texts, sources = load_texts(DATA_DIR, limit=50)
         assert all(len(v) == 50 for v in texts.values()) and "built-in list" not in sources.values()

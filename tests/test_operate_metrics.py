@@ -89,10 +89,21 @@ class FakePb:
         return {"TYPE_STRING": np.object_, "BYTES": np.object_, "TYPE_FP32": np.float32}[name]
 
 
+ECHO_DEFINITION = """
+summary = "count characters"
+example = "python -m clients echo hello"
+[endpoint]
+front = "test_operate_metrics:EchoFront"
+max_batch_size = 8
+queue = { max_size = 8, timeout_s = 1 }
+outputs = [{ name = "LENGTH", type = "fp32" }]
+[loadtest]
+texts = ["hello"]
+"""
+
+
 class EchoFront(FrontModel):
     """A front model whose task is 'count the characters'; 'boom' raises a server fault."""
-
-    outputs = ("LENGTH",)
 
     def run_group(self, texts: list[str], options: tuple) -> list[tuple]:
         if "boom" in texts:
@@ -105,7 +116,7 @@ class EchoFront(FrontModel):
 def front(tmp_path) -> EchoFront:
     FakeFamily.created.clear()
     (tmp_path / "1").mkdir()
-    (tmp_path / "1" / "config.json").write_text("{}")
+    (tmp_path / "1" / "echo.toml").write_text(ECHO_DEFINITION)
     config = {"name": "echo", "output": [{"name": "LENGTH", "data_type": "TYPE_FP32"}]}
     args = {
         "model_config": json.dumps(config),

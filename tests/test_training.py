@@ -50,10 +50,12 @@ def test_tiny_training_run_writes_a_servable_checkpoint(fake_data_dir, tmp_path)
     # the checkpoint exports and the front model's assets are laid out
     repo = tmp_path / "repo"
     (repo / "sentiment" / "1").mkdir(parents=True)
-    # the sentiment checkpoint feeds the fast model and its explain variant
-    assert build_repository.build(out.parent, repo) == ["sentiment", "sentiment_explain"]
+    # the sentiment checkpoint feeds the fast model and its explain variant; the other tasks have no checkpoint
+    assert build_repository.build(out.parent, repo) == ["sentiment"]
     assert count_ops(repo / "sentiment_encoder" / "1" / "model.onnx")["com.microsoft::MultiHeadAttention"] == 1
+    assert (repo / "sentiment_attention" / "1" / "model.onnx").exists()
     assert (repo / "sentiment" / "1" / "tokenizer.json").exists()
+    assert (repo / "sentiment_explain" / "1" / "sentiment.toml").exists()
     assert build_repository.build(out.parent, repo) == []  # unchanged checkpoint: nothing to do
     model, config, tokenizer = sentiment.load(out)
     assert config["labels"] == ["negative", "positive"] and tokenizer.get_vocab_size() <= 200

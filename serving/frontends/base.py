@@ -22,8 +22,9 @@ from tokenizers import Tokenizer
 
 from export.tokenizer import UNK_ID  # torch-free, like the rest of the front models' imports
 from serving.frontends.metrics import FrontMetrics
+from tasks.definition import TEXT_INPUT, Endpoint, Task
+from tasks.definition import load as load_task
 
-TEXT_INPUT = "TEXT"
 PAD_MULTIPLE = 8
 # Triton 2.51 has no request-size flag, so the front models bound the work one text can cause. A text is
 # truncated to the model's maximum length anyway (a few hundred characters); 1 MiB still lets a client send a
@@ -193,29 +194,45 @@ class Job:
     results: list[Any] = field(default_factory=list)
 
 
-def read_assets(args: dict) -> tuple[dict, Path]:
-    """(config.json of the task, folder holding tokenizer files) for a front model instance."""
-    folder = Path(args["model_repository"]) / str(args["model_version"])
-    with open(folder / "config.json", encoding="utf-8") as f:
-        return json.load(f), folder
+def version_folder(args: dict) -> Path:
+    """The folder of a front model instance's version: model.py, the task definition and its assets."""
+    return Path(args["model_repository"]) / str(args["model_version"])
+
+
+def read_endpoint(folder: Path, name: str) -> tuple[Task, Endpoint]:
+    """The task defined in ``folder`` (its ``<task>.toml``, copied there by export.build_repository) and its
+    endpoint called ``name`` (the task's own, or its explain twin)."""
+    definitions = sorted(folder.glob("*.toml"))
+    if len(definitions) != 1:
+        raise ValueError(f"{folder} must hold exactly one task definition (*.toml), found {len(definitions)}")
+    task = load_task(definitions[0])
+    for endpoint in task.endpoints():
+        if endpoint.name == name:
+            return task, endpoint
+    raise ValueError(f"{definitions[0]} defines no endpoint {name!r}")
 
 
 class FrontModel:
-    """Template for a front model; subclasses say how to parse options and how to run a group.
+    """Template for a front model; subclasses say how to run a group of texts that share options.
 
     `pb` is the `triton_python_backend_utils` module, passed in because it only exists inside
-    the Python backend stub. `self.metrics` reports to Triton's custom metrics (see
+    the Python backend stub. The task definition (``<task>.toml`` beside model.py) says which options to read,
+    the outputs, and the ONNX models to call (``self.models``: role -> model name); ``self.task_config`` is the
+    checkpoint's config.json, when the task ships one. `self.metrics` reports to Triton's custom metrics (see
     :mod:`serving.frontends.metrics`); subclasses tokenize through :meth:`encode` so input tokens and
     truncations are counted, and report generated tokens themselves.
     """
 
-    outputs: tuple[str, ...] = ()
-
     def __init__(self, pb: Any, args: dict) -> None:
         self.pb = pb
         self.model_config = json.loads(args["model_config"])
-        self.task_config, self.asset_dir = read_assets(args)
         name = self.model_config.get("name", args.get("model_name", "unknown"))
+        self.asset_dir = version_folder(args)
+        self.task, self.endpoint = read_endpoint(self.asset_dir, name)
+        self.outputs = tuple(tensor.name for tensor in self.endpoint.outputs)
+        self.models = {role: model.name for role, model in self.endpoint.models.items()}
+        config_json = self.asset_dir / "config.json"
+        self.task_config = json.loads(config_json.read_text(encoding="utf-8")) if config_json.is_file() else {}
         self.metrics = FrontMetrics(pb, name, args.get("model_instance_name", name))
 
     def encode(self, tokenizer: BatchTokenizer, texts: Sequence[str], suffix: Sequence[int] = ()) -> Encoded:
@@ -224,12 +241,20 @@ class FrontModel:
         self.metrics.encoded(batch.lengths, batch.truncated)
         return batch
 
-    # -- task specific -------------------------------------------------------------------
-    def parse_options(self, request: Any, rows: int) -> tuple:
-        return ()
+    def parse_options(self, request: Any, rows: int) -> tuple[tuple[str, int], ...]:
+        """(keyword, value) for each option of the task, in definition order; defaults for those not sent."""
+        values = []
+        for option in self.task.options:
+            tensor = self.pb.get_input_tensor_by_name(request, option.input)
+            raw = None if tensor is None else tensor.as_numpy()
+            values.append(
+                (option.keyword, decode_int_option(raw, option.input, rows, option.default, option.low, option.high))
+            )
+        return tuple(values)
 
-    def run_group(self, texts: list[str], options: tuple) -> list[tuple]:
-        """Results for texts that share `options`, one tuple of output values per text."""
+    # -- task specific -------------------------------------------------------------------
+    def run_group(self, texts: list[str], options: tuple[tuple[str, int], ...]) -> list[tuple]:
+        """Results for texts that share `options` ((keyword, value) pairs), one tuple of output values per text."""
         raise NotImplementedError
 
     # -- shared flow ---------------------------------------------------------------------

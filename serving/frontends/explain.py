@@ -31,8 +31,6 @@ from serving.frontends.base import Encoded, to_column
 from serving.frontends.generation import GenerationFront
 from serving.frontends.sentiment import SentimentFront
 
-SENTIMENT_EXPLAINER = "sentiment_attention"
-
 
 def pad_tokens(rows: Sequence[Sequence[str]]) -> np.ndarray:
     """Token lists → BYTES [N, longest], right-padded with empty strings."""
@@ -114,17 +112,13 @@ def decoder_inputs(targets: list[list[int]]) -> np.ndarray:
 class TranslateExplainFront(PaddedOutputs, GenerationFront):
     """`translate`'s generation, then one teacher-forced pass of the explain model over the result."""
 
-    outputs = ("TRANSLATION", "SOURCE_TOKENS", "TARGET_TOKENS", "ATTENTION")
-
     def __init__(self, pb: Any, args: dict) -> None:
         super().__init__(pb, args)
-        self.outputs = TranslateExplainFront.outputs
-        params = {k: v["string_value"] for k, v in self.model_config.get("parameters", {}).items()}
-        self.explainer = params["explainer"]
+        self.explainer = self.models["explainer"]
 
     def run_group(self, texts: list[str], options: tuple) -> list[tuple]:
         batch, generated = self.generate(texts, options)
-        targets = target_rows(generated, new_tokens=options[0])
+        targets = target_rows(generated, new_tokens=dict(options)["max_new_tokens"])
         feeds = {
             "input_ids": batch.ids.astype(np.int32),
             "attention_mask": batch.mask.astype(np.int32),
@@ -148,7 +142,9 @@ class TranslateExplainFront(PaddedOutputs, GenerationFront):
 class SentimentExplainFront(PaddedOutputs, SentimentFront):
     """`sentiment`'s label and score, plus the explain encoder's self-attention and its rollout."""
 
-    outputs = ("LABEL", "SCORE", "TOKENS", "ATTENTION", "ROLLOUT")
+    def __init__(self, pb: Any, args: dict) -> None:
+        super().__init__(pb, args)
+        self.explainer = self.models["explainer"]
 
     def run_group(self, texts: list[str], options: tuple) -> list[tuple]:
         batch = self.encode(self.tokenizer, texts)
@@ -164,4 +160,4 @@ class SentimentExplainFront(PaddedOutputs, SentimentFront):
 
     def attention(self, batch: Encoded) -> np.ndarray:
         feeds = {"input_ids": batch.ids, "attention_mask": batch.mask}
-        return self.bls(SENTIMENT_EXPLAINER, feeds, ["attention"])["attention"]
+        return self.bls(self.explainer, feeds, ["attention"])["attention"]

@@ -1,5 +1,5 @@
 """`translate` and `summarize`: texts → one BLS call per (max_new_tokens, num_beams) group to the
-task's BeamSearch generator → detokenized text.
+task's BeamSearch generator (the model of role `generator` in its definition) → detokenized text.
 
 Requests in one Triton batch that ask for different settings are grouped, not forced to one
 setting: each group is one generator call (the generator takes one max_length and num_beams
@@ -14,36 +14,17 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from export.tokenizer import EOS_ID, detokenize, strip_generated
-from serving.frontends.base import BatchTokenizer, Encoded, FrontModel, decode_int_option
-
-MAX_BEAMS = 8
-DEFAULT_BEAMS = 4
+from serving.frontends.base import BatchTokenizer, Encoded, FrontModel
 
 
 class GenerationFront(FrontModel):
-    """Front model for an encoder-decoder task; the output name comes from config.pbtxt."""
+    """Front model for an encoder-decoder task with options `max_new_tokens` and `num_beams`."""
 
     def __init__(self, pb: Any, args: dict) -> None:
         super().__init__(pb, args)
-        self.outputs = (self.model_config["output"][0]["name"],)
-        params = {k: v["string_value"] for k, v in self.model_config.get("parameters", {}).items()}
-        self.generator = params["generator"]
-        cfg = self.task_config
-        self.source = BatchTokenizer.from_file(self.asset_dir / "tokenizer.json", cfg["max_tokens"])
+        self.generator = self.models["generator"]
+        self.source = BatchTokenizer.from_file(self.asset_dir / "tokenizer.json", self.task_config["max_tokens"])
         self.target = Tokenizer.from_file(str(self.asset_dir / "target_tokenizer.json"))
-        self.default_new_tokens = int(cfg["max_new_tokens"])
-        self.max_new_tokens = int(cfg["max_new_tokens_limit"])
-
-    def parse_options(self, request: Any, rows: int) -> tuple:
-        def read(name: str) -> np.ndarray | None:
-            tensor = self.pb.get_input_tensor_by_name(request, name)
-            return None if tensor is None else tensor.as_numpy()
-
-        new_tokens = decode_int_option(
-            read("MAX_NEW_TOKENS"), "MAX_NEW_TOKENS", rows, self.default_new_tokens, 1, self.max_new_tokens
-        )
-        beams = decode_int_option(read("NUM_BEAMS"), "NUM_BEAMS", rows, DEFAULT_BEAMS, 1, MAX_BEAMS)
-        return (new_tokens, beams)
 
     def run_group(self, texts: list[str], options: tuple) -> list[tuple]:
         _, generated = self.generate(texts, options)
@@ -51,7 +32,8 @@ class GenerationFront(FrontModel):
 
     def generate(self, texts: list[str], options: tuple) -> tuple[Encoded, list[list[int]]]:
         """The encoded sources and the generated token ids (no bos/eos) per text: one generator call."""
-        new_tokens, beams = options
+        settings = dict(options)
+        new_tokens, beams = settings["max_new_tokens"], settings["num_beams"]
         batch = self.encode(self.source, texts, suffix=[EOS_ID])
         feeds = {
             "input_ids": batch.ids.astype(np.int32),

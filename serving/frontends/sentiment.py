@@ -1,4 +1,4 @@
-"""`sentiment`: texts → one BLS call to `sentiment_encoder` → softmax → label and score."""
+"""`sentiment`: texts → BLS calls to the task's `encoder` model, one per length bucket → softmax → label and score."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ from typing import Any
 import numpy as np
 
 from serving.frontends.base import BatchTokenizer, Encoded, FrontModel, length_buckets
-
-ENCODER = "sentiment_encoder"
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -24,10 +22,9 @@ def label_and_score(logits: np.ndarray, labels: list[str]) -> list[tuple[str, fl
 
 
 class SentimentFront(FrontModel):
-    outputs = ("LABEL", "SCORE")
-
     def __init__(self, pb: Any, args: dict) -> None:
         super().__init__(pb, args)
+        self.encoder = self.models["encoder"]
         self.labels: list[str] = self.task_config["labels"]
         self.tokenizer = BatchTokenizer.from_file(self.asset_dir / "tokenizer.json", self.task_config["max_tokens"])
 
@@ -42,5 +39,5 @@ class SentimentFront(FrontModel):
 
     def classify(self, batch: Encoded) -> list[tuple[str, float]]:
         """(label, score) per row of an encoded batch: one call of the fast encoder."""
-        logits = self.bls(ENCODER, {"input_ids": batch.ids, "attention_mask": batch.mask}, ["logits"])["logits"]
+        logits = self.bls(self.encoder, {"input_ids": batch.ids, "attention_mask": batch.mask}, ["logits"])["logits"]
         return label_and_score(logits, self.labels)

@@ -1,0 +1,215 @@
+"""One definition per task: the committed configs are generated from it, bad definitions are named, and a task
+of one's own (a definition, a task module and its data, in a folder outside this package) is served."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+from tokenizers import Tokenizer, models, pre_tokenizers
+
+from clients import Client, ClientError
+from loadtest.texts import load_texts, parse_mix
+from serving.embedded import EmbeddedTriton, ServerOptions, free_ports
+from tasks import PATH_VARIABLE, DefinitionError, load, registry, triton_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_committed_configs_are_what_the_definitions_generate():
+    tasks = registry(())
+    assert {"sentiment", "translate", "summarize"} <= set(tasks)
+    for task in tasks.values():
+        assert triton_config.drift(task, ROOT / "model_repository") == [], f"run `python -m tasks generate` ({task})"
+
+
+def test_drift_is_reported_per_file(tmp_path):
+    task = registry(())["translate"]
+    triton_config.write(task, tmp_path)
+    config = tmp_path / "translate" / "config.pbtxt"
+    config.write_text(config.read_text().replace("max_queue_size: 64", "max_queue_size: 65"))
+    (tmp_path / "translate_generator" / "configs" / "cpu.pbtxt").unlink()
+    assert sorted(triton_config.drift(task, tmp_path)) == [
+        f"{config} differs from tasks/translate.toml",
+        f"{tmp_path / 'translate_generator' / 'configs' / 'cpu.pbtxt'} is missing",
+    ]
+
+
+def test_the_front_config_carries_every_option_as_an_optional_int32_input():
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    task = registry(())["summarize"]
+    config = text_format.Parse(triton_config.front_config(task, task.endpoint), model_config_pb2.ModelConfig())
+    optional = {i.name: i.data_type for i in config.input if i.optional}
+    assert optional == {o.input: model_config_pb2.TYPE_INT32 for o in task.options}
+    assert config.dynamic_batching.default_queue_policy.max_queue_size == task.endpoint.queue_size
+
+
+BAD_DEFINITIONS = {
+    "default outside its range": ("range = [1, 8]", "range = [5, 8]", "default: 4 is outside range [5, 8]"),
+    "unknown key": ('help = "beam width; 1 is greedy"', 'helps = "x"', "helps: unknown key"),
+    "unknown type": ('type = "fp32", dims = [-1, -1, -1] }', 'type = "fp16", dims = [-1] }', "type: must be one of"),
+    "model without a source": ('export = "export.build_repository:explainer"\n', "", "give exactly one"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_DEFINITIONS)
+def test_a_bad_definition_names_the_file_and_the_field(tmp_path, case):
+    old, new, message = BAD_DEFINITIONS[case]
+    text = (ROOT / "tasks" / "translate.toml").read_text()
+    assert old in text
+    path = tmp_path / "translate.toml"
+    path.write_text(text.replace(old, new, 1))
+    with pytest.raises(DefinitionError, match=re.escape(message)) as err:
+        load(path)
+    assert str(path) in str(err.value)
+
+
+def test_a_second_definition_of_a_task_is_refused(tmp_path):
+    (tmp_path / "translate.toml").write_text((ROOT / "tasks" / "translate.toml").read_text())
+    with pytest.raises(DefinitionError, match="already defined"):
+        registry((str(tmp_path),))
+
+
+# ---- a fourth task: word counting, defined, built and served from a temporary folder --------------------------
+
+DEFINITION = """\
+summary = "count the words of English text; prints one count per line"
+example = 'python -m clients wordcount "a b c" --scale 2'
+assets = ["tokenizer.json"]
+
+[options.scale]
+input = "SCALE"
+default = 1
+range = [1, 10]
+help = "multiply the count"
+
+[endpoint]
+front = "wordcount:WordCountFront"
+max_batch_size = 16
+instances = 1
+queue = { max_size = 8, timeout_s = 2 }
+outputs = [{ name = "COUNT", type = "fp32" }]
+
+[endpoint.models.counter]
+name = "wordcount_counter"
+file = "counter.onnx"
+about = "Sums the attention mask: the number of tokens per row."
+inputs = [
+  { name = "input_ids", type = "int64", dims = [-1, -1] },
+  { name = "attention_mask", type = "int64", dims = [-1, -1] },
+]
+outputs = [{ name = "count", type = "fp32", dims = [-1, 1] }]
+threads = 1
+
+[loadtest]
+texts = ["one two three", "four five"]
+"""
+
+TASK_MODULE = '''\
+"""The word-count task: tokenize, let the ONNX model count the tokens, scale."""
+
+from serving.frontends.base import BatchTokenizer, FrontModel
+
+
+class WordCountFront(FrontModel):
+    def __init__(self, pb, args):
+        super().__init__(pb, args)
+        self.tokenizer = BatchTokenizer.from_file(self.asset_dir / "tokenizer.json", max_tokens=32)
+
+    def run_group(self, texts, options):
+        batch = self.encode(self.tokenizer, texts)
+        feeds = {"input_ids": batch.ids, "attention_mask": batch.mask}
+        counts = self.bls(self.models["counter"], feeds, ["count"])["count"]
+        return [(float(count) * dict(options)["scale"],) for count in counts[:, 0]]
+'''
+
+
+def write_counter_model(path: Path) -> None:
+    """count [B, 1] = sum of the attention mask over the sequence (input_ids is there to be fed, as in our models)."""
+    mask = helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"])
+    ids = helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"])
+    count = helper.make_tensor_value_info("count", TensorProto.FLOAT, ["batch", 1])
+    axes = helper.make_tensor("axes", TensorProto.INT64, [1], [1])
+    nodes = [
+        helper.make_node("Cast", ["attention_mask"], ["mask_f"], to=TensorProto.FLOAT),
+        helper.make_node("ReduceSum", ["mask_f", "axes"], ["count"], keepdims=1),
+    ]
+    graph = helper.make_graph(nodes, "counter", [ids, mask], [count], initializer=[axes])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # what ONNX Runtime 1.19 (the NGC image) and 1.31 both load
+    onnx.save(model, path)
+
+
+def write_tokenizer(path: Path) -> None:
+    vocab = {"[PAD]": 0, "[UNK]": 1, "[BOS]": 2, "[EOS]": 3, "one": 4, "two": 5, "three": 6}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.save(str(path))
+
+
+@pytest.fixture
+def wordcount_folder(tmp_path, monkeypatch):
+    """Everything a task author writes: the definition, the task module and the data, in one folder."""
+    folder = tmp_path / "my_tasks"
+    folder.mkdir()
+    (folder / "wordcount.toml").write_text(DEFINITION)
+    (folder / "wordcount.py").write_text(TASK_MODULE)
+    write_counter_model(folder / "counter.onnx")
+    write_tokenizer(folder / "tokenizer.json")
+    monkeypatch.setenv(PATH_VARIABLE, str(folder))
+    return folder
+
+
+def run(*argv: str) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, env=os.environ)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+@pytest.mark.server
+def test_a_task_of_ones_own_is_its_definition_a_module_and_data(wordcount_folder, tmp_path):
+    repository = tmp_path / "repository"
+    run("-m", "tasks", "generate", "--task", "wordcount", "--repository", str(repository))
+    run("-m", "export.build_repository", "--task", "wordcount", "--repository", str(repository))
+    assert sorted(p.name for p in repository.iterdir() if p.is_dir()) == ["wordcount", "wordcount_counter"]
+
+    http, grpc, metrics = free_ports(3)
+    server = EmbeddedTriton(
+        ServerOptions(model_repository=repository, http_port=http, grpc_port=grpc, metrics_port=metrics)
+    )
+    server.start()
+    try:
+        for protocol, url in (("grpc", server.grpc_url), ("http", server.http_url)):
+            with Client(url, protocol) as client:
+                # the SDK method is derived from the definition, options included
+                assert client.wordcount(["one two three", "two"]) == [3.0, 1.0]
+                assert client.wordcount("one two", scale=3) == [6.0]
+                with pytest.raises(ClientError, match=r"SCALE must be between 1 and 10, got 11"):
+                    client.wordcount("one", scale=11)
+                with pytest.raises(TypeError, match="does not take num_beams"):
+                    client.wordcount("one", num_beams=2)
+        # the CLI command, with its option flag and help from the definition
+        cli = run("-m", "clients", "wordcount", "one two", "three", "--scale", "2", "--url", server.grpc_url)
+        assert cli.stdout.split() == ["4.0", "2.0"]
+        assert "multiply the count, 1..10 (server default: 1)" in run("-m", "clients", "wordcount", "--help").stdout
+    finally:
+        server.stop()
+
+    # the load test's entry: its texts and its place in the mix
+    texts, sources = load_texts(None)
+    assert texts["wordcount"] == ["one two three", "four five"] and sources["wordcount"] == "built-in list"
+    assert parse_mix("wordcount:1")["wordcount"] == 1.0
+
+
+def test_the_task_path_must_name_folders(monkeypatch, tmp_path):
+    monkeypatch.setenv(PATH_VARIABLE, str(tmp_path / "nowhere"))
+    with pytest.raises(DefinitionError, match="not a folder"):
+        registry()
