@@ -116,4 +116,4 @@ kubernetes-validate: venv  ## validate deploy/k8s manifests offline (kubernetes-
 BENCH_ARGS ?=
 
 bench: repository $(PERF_ANALYZER)/.installed  ## every layer vs its baseline → benchmarks/results (BENCH_ARGS=--quick: < 5 min)
-	$(PY) -m benchmarks $(BENCH_ARGS)
+	$(PY) -m benchmarks --data-dir "$(DATA_DIR)" $(BENCH_ARGS)
