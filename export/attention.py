@@ -127,7 +127,13 @@ def _multi_head_attention(
         b, t, d = q.shape
         past_len = 0 if past is None else past[0].shape[2]
         present_shape = (b, n_heads, past_len + t, d // n_heads)
-        inputs = (q, k, v) if past is None else (q, k, v, None, None, None, past[0], past[1])
+        # Rows with padded caches (continuous batching) mask their padding with an additive bias, for the
+        # reason cross-attention does (below); [B, H, T, P+T].
+        masked = None
+        if key_padding_mask is not None:
+            padded = (key_padding_mask == 0).to(q.dtype)[:, None, None, :]
+            masked = (padded * MASK_FILTER_VALUE).expand(b, n_heads, t, key_padding_mask.shape[1])
+        inputs = (q, k, v) if past is None else (q, k, v, None, None, masked, past[0], past[1])
         # One new position (BeamSearch's decoding step) needs no mask; leaving `unidirectional` off
         # then keeps the node runnable by kernels that lack it (e.g. ORT's WebGPU MHA).
         one_step = isinstance(t, int) and t == 1
@@ -209,3 +215,30 @@ def using_attention(model: nn.Module, impl: str) -> Iterator[nn.Module]:
     finally:
         for module, impl_before in saved:
             module.attn_implementation = impl_before
+
+
+@dataclass
+class KVCache:
+    """Decoding state of one batch: per layer self-attention (key, value) that grows by one position
+    per step, and cross-attention (key, value) projected once from the encoder memory."""
+
+    self_kv: list[KV] | None = None  # each [B, H, T_decoded, Dh]
+    cross_kv: list[KV] | None = None  # each [B, H, S, Dh]
+
+    @property
+    def length(self) -> int:
+        return 0 if self.self_kv is None else self.self_kv[0][0].shape[2]
+
+    def reorder(self, rows: Tensor, cross: bool = True) -> None:
+        """Keep batch rows `rows` [B'] (in that order): beam search follows the surviving beams.
+
+        cross=False reorders only the self-attention cache, as ORT's BeamSearch does (the cross
+        keys/values of the beams of one source are identical).
+        """
+
+        def pick(layers: list[KV] | None) -> list[KV] | None:
+            return None if layers is None else [(k[rows], v[rows]) for k, v in layers]
+
+        self.self_kv = pick(self.self_kv)
+        if cross:
+            self.cross_kv = pick(self.cross_kv)

@@ -60,6 +60,15 @@ def seq2seq_generator(task: Task, checkpoint: Path, destination: Path) -> Path:
     return export_generator(model, destination, max_len=max_len, **asdict(Decoding.from_config(config)))
 
 
+def step_graphs(task: Task, checkpoint: Path, folder: Path) -> list[Path]:
+    """The continuous-batching engine's encoder.onnx and decoder.onnx (export/step_export.py)."""
+    from export import seq2seq
+    from export.step_export import export_step_graphs
+
+    model, _, _, _ = seq2seq.load(checkpoint)
+    return list(export_step_graphs(model, folder))
+
+
 def explainer(task: Task, checkpoint: Path, destination: Path) -> Path:
     from export.explain_export import export_explainer
 
@@ -98,9 +107,15 @@ def build_task(task: Task, source: Path, repository: Path) -> list[Path]:
             written.append(resolve(model.export)(task, source, destination))
         else:
             written.append(Path(shutil.copy2(task.folder / model.file, destination)))
+    graphs: dict[str, list[Path]] = {}  # builder -> files: twins copy what the first endpoint built
     for endpoint in task.endpoints():
         folder = repository / endpoint.name / "1"
         folder.mkdir(parents=True, exist_ok=True)
+        if endpoint.graphs in graphs:
+            written += [Path(shutil.copy2(path, folder / path.name)) for path in graphs[endpoint.graphs]]
+        elif endpoint.graphs:
+            graphs[endpoint.graphs] = resolve(endpoint.graphs)(task, source, folder)
+            written += graphs[endpoint.graphs]
         written.append(Path(shutil.copy2(FRONT_MODEL_PY, folder / "model.py")))
         written.append(Path(shutil.copy2(task.source, folder / task.source.name)))
         written += [Path(shutil.copy2(path, folder / path.name)) for path in front_files(task, source)]

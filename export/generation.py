@@ -26,13 +26,13 @@ in that row's sequence (bos included) gets the lowest float.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from export.hypotheses import Hypotheses, repeated_ngram_tokens
 from export.model import KVCache, Seq2Seq
 
 INITIAL_BEAM_SCORE = -1e9  # beams 1..k-1 at the first step (ORT: InitBeamState)
@@ -76,12 +76,9 @@ def block_repeated_ngrams(scores: Tensor, sequences: list[list[int]], n: int) ->
         return scores
     lowest = torch.finfo(scores.dtype).min
     for row, seq in enumerate(sequences):
-        if len(seq) < n:
-            continue
-        prefix = seq[len(seq) - n + 1 :]
-        banned = {seq[j + n - 1] for j in range(len(seq) - n + 1) if seq[j : j + n - 1] == prefix}
+        banned = repeated_ngram_tokens(seq, n)
         if banned:
-            scores[row, sorted(banned)] = lowest
+            scores[row, banned] = lowest
     return scores
 
 
@@ -120,31 +117,6 @@ def greedy(
             alive = [alive[r] for r in keep]
         tokens = torch.tensor([out[b][-1] for b in alive]).unsqueeze(1)  # [A, 1]
     return out
-
-
-@dataclass
-class Hypotheses:
-    """The best finished sequences of one source, best first (at most num_beams)."""
-
-    num_beams: int
-    length_penalty: float
-    items: list[tuple[float, list[int]]] = field(default_factory=list)  # (score, tokens incl. bos)
-    done: bool = False
-
-    def score(self, sum_logprobs: float, length: int) -> float:
-        return float(np.float32(sum_logprobs / length**self.length_penalty))
-
-    def add(self, tokens: list[int], sum_logprobs: float) -> None:
-        score = self.score(sum_logprobs, len(tokens))
-        if len(self.items) == self.num_beams:
-            if score <= self.items[-1][0]:
-                return
-            self.items.pop()
-        at = next((i for i, (s, _) in enumerate(self.items) if score > s), len(self.items))
-        self.items.insert(at, (score, tokens))  # after equal scores, like ORT's insertion
-
-    def full(self) -> bool:
-        return len(self.items) == self.num_beams
 
 
 @torch.no_grad()

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from export.attention import KV, AttentionLayer, AttentionRecord, split_heads
+from export.attention import KV, AttentionLayer, AttentionRecord, KVCache, split_heads
 from export.heads import CopyPointer
 from export.positional import POSITIONAL_SCHEMES, RelativePositionBias, apply_rope, rope_tables, sinusoidal_table
 
@@ -100,12 +100,15 @@ class SelfAttention(AttentionLayer):
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
         self.out = nn.Linear(cfg.d_model, cfg.d_model)
 
-    def project(self, x: Tensor, cos: Tensor | None, sin: Tensor | None, offset: int = 0) -> tuple[Tensor, ...]:
-        """q, k, v [B, S, D], q and k rotated for positions offset.. (ORT's RotaryEmbedding when fused)."""
+    def project(
+        self, x: Tensor, cos: Tensor | None, sin: Tensor | None, offset: int = 0, starts: Tensor | None = None
+    ) -> tuple[Tensor, ...]:
+        """q, k, v [B, S, D], q and k rotated for positions offset.. (or per row starts[b]..; ORT's
+        RotaryEmbedding when fused)."""
         q, k, v = self.qkv(x).chunk(3, dim=-1)
         if cos is not None:
             fused = self.attn_implementation == "ort_fused"
-            q, k = apply_rope(q, cos, sin, offset, fused), apply_rope(k, cos, sin, offset, fused)
+            q, k = (apply_rope(t, cos, sin, offset, fused, starts) for t in (q, k))
         return q, k, v
 
     def forward(
@@ -232,14 +235,24 @@ class CausalSelfAttention(SelfAttention):
     x [B, T, D] holds the T new positions; past (key, value) [B, H, P, Dh] the cached ones. RoPE
     positions continue from the cache: new position i is rotated by angle(P + i). Returns the output
     [B, T, D] and the present (key, value) [B, H, P+T, Dh].
+
+    Rows at different positions in one batch (continuous batching) give `starts` [B], each row's first
+    new position, and `key_mask` [B, P+T], which cached keys are the row's own (1) or padding (0).
     """
 
     def forward(
-        self, x: Tensor, cos: Tensor, sin: Tensor, past: KV | None = None, record: AttentionRecord | None = None
+        self,
+        x: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        past: KV | None = None,
+        record: AttentionRecord | None = None,
+        starts: Tensor | None = None,
+        key_mask: Tensor | None = None,
     ) -> tuple[Tensor, KV]:
-        q, k, v = self.project(x, cos, sin, 0 if past is None else past[0].shape[2])
+        q, k, v = self.project(x, cos, sin, 0 if past is None else past[0].shape[2], starts)
         probs = None if record is None else record.decoder
-        out, present, _ = self.attend(q, k, v, probs, causal=True, past=past)
+        out, present, _ = self.attend(q, k, v, probs, causal=True, past=past, key_padding_mask=key_mask)
         return self.out(out), present
 
 
@@ -287,8 +300,10 @@ class DecoderBlock(nn.Module):
         sin: Tensor,
         past: KV | None = None,
         record: AttentionRecord | None = None,
+        starts: Tensor | None = None,
+        self_mask: Tensor | None = None,
     ) -> tuple[Tensor, KV]:
-        h, present = self.attn(self.attn_norm(x), cos, sin, past, record)
+        h, present = self.attn(self.attn_norm(x), cos, sin, past, record, starts, self_mask)
         x = x + self.drop(h)
         x = x + self.drop(self.cross_attn(self.cross_norm(x), memory_kv, src_mask, record))
         return x + self.drop(self.ffn(self.ffn_norm(x))), present
@@ -331,45 +346,22 @@ class Decoder(nn.Module):
         memory_kv: list[KV],
         past: list[KV] | None = None,
         record: AttentionRecord | None = None,
+        starts: Tensor | None = None,
+        self_mask: Tensor | None = None,
     ) -> tuple[Tensor, list[KV]]:
+        """`starts` and `self_mask`: rows at different positions, see CausalSelfAttention."""
         x = self.drop(self.embed(tgt_ids) * math.sqrt(self.cfg.d_model))  # [B, T, D]
         presents = []
         for i, block in enumerate(self.blocks):
             layer_past = None if past is None else past[i]
-            x, present = block(x, src_mask, memory_kv[i], self.rope_cos, self.rope_sin, layer_past, record)
+            rope = self.rope_cos, self.rope_sin
+            x, present = block(x, src_mask, memory_kv[i], *rope, layer_past, record, starts, self_mask)
             presents.append(present)
         h = self.norm(x)
         logits = F.linear(h, self.embed.weight)  # [B, T, V]
         if self.pointer is not None:
             logits = self.pointer(h, logits, memory_kv[-1], src_mask)
         return logits, presents
-
-
-@dataclass
-class KVCache:
-    """Decoding state of one batch: per layer self-attention (key, value) that grows by one position
-    per step, and cross-attention (key, value) projected once from the encoder memory."""
-
-    self_kv: list[KV] | None = None  # each [B, H, T_decoded, Dh]
-    cross_kv: list[KV] | None = None  # each [B, H, S, Dh]
-
-    @property
-    def length(self) -> int:
-        return 0 if self.self_kv is None else self.self_kv[0][0].shape[2]
-
-    def reorder(self, rows: Tensor, cross: bool = True) -> None:
-        """Keep batch rows `rows` [B'] (in that order): beam search follows the surviving beams.
-
-        cross=False reorders only the self-attention cache, as ORT's BeamSearch does (the cross
-        keys/values of the beams of one source are identical).
-        """
-
-        def pick(layers: list[KV] | None) -> list[KV] | None:
-            return None if layers is None else [(k[rows], v[rows]) for k, v in layers]
-
-        self.self_kv = pick(self.self_kv)
-        if cross:
-            self.cross_kv = pick(self.cross_kv)
 
 
 class Seq2Seq(nn.Module):

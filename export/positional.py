@@ -33,25 +33,33 @@ def rope_tables(max_len: int, head_dim: int, base: float = 10000.0) -> tuple[Ten
     return angles.cos().float(), angles.sin().float()
 
 
-def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, offset: int | Tensor = 0, fused: bool = False) -> Tensor:
+def apply_rope(
+    x: Tensor, cos: Tensor, sin: Tensor, offset: int | Tensor = 0, fused: bool = False, starts: Tensor | None = None
+) -> Tensor:
     """Rotate each head's (x1, x2) half-pairs by the position angle.
 
-    x: [B, S, H*Dh] (heads concatenated); cos/sin: [max_len, Dh/2]; positions start at `offset`.
+    x: [B, S, H*Dh] (heads concatenated); cos/sin: [max_len, Dh/2]; positions start at `offset`, or per row
+    at `starts` [B] (rows of one batch at different positions: the continuous-batching decoder step).
     The half-split ("rotate half", non-interleaved) layout is what ORT's RotaryEmbedding
     computes with interleaved=0; `fused` emits that node (the "ort_fused" attention).
     """
+    b, s, d = x.shape
     if fused:
-        # torch.full keeps a symbolic offset (the KV-cache length) dynamic; as_tensor would freeze it.
-        if isinstance(offset, Tensor):
+        if starts is not None:  # position_ids [B, S]
+            position = starts.to(torch.int64)[:, None] + torch.arange(s, dtype=torch.int64)
+        elif isinstance(offset, Tensor):
             position = offset.reshape(1).to(torch.int64)
-        else:
+        else:  # torch.full keeps a symbolic offset (the KV-cache length) dynamic; as_tensor would freeze it.
             position = torch.full((1,), offset, dtype=torch.int64)
         return ort_op("RotaryEmbedding", (x, position, cos, sin), {"interleaved": 0}, x.dtype, x.shape)
-    b, s, d = x.shape
     half = cos.shape[-1]
     xh = x.view(b, s, d // (2 * half), 2 * half)  # [B, S, H, Dh]
-    c = cos[offset : offset + s].view(1, s, 1, half)
-    n = sin[offset : offset + s].view(1, s, 1, half)
+    if starts is not None:
+        index = starts.long()[:, None] + torch.arange(s)  # [B, S]
+        c, n = cos[index].view(b, s, 1, half), sin[index].view(b, s, 1, half)
+    else:
+        c = cos[offset : offset + s].view(1, s, 1, half)
+        n = sin[offset : offset + s].view(1, s, 1, half)
     x1, x2 = xh[..., :half], xh[..., half:]
     return torch.cat([x1 * c - x2 * n, x2 * c + x1 * n], dim=-1).view(b, s, d)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -83,6 +83,9 @@ class Endpoint:
     queue_timeout_s: float
     models: Mapping[str, OnnxModel]  # role -> model
     about: str = ""
+    decoupled: bool = False  # answers with a stream of responses (Triton's decoupled transaction policy)
+    graphs: str = ""  # "module:function" writing ONNX graphs the front model runs itself into its version folder
+    threads: int = 0  # ONNX Runtime intra-op threads of those graphs (0: not set)
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,7 @@ class Task:
     options: tuple[Option, ...]
     endpoint: Endpoint
     explain: Endpoint | None
+    stream: Endpoint | None  # the endpoint's streaming twin, `<task>_stream`
     loadtest: LoadTexts
     assets: tuple[str, ...]
     checkpoint: str = ""  # checkpoints/<checkpoint> holds the assets and the weights exported to ONNX
@@ -113,8 +117,9 @@ class Task:
 
     def endpoints(self) -> Iterator[Endpoint]:
         yield self.endpoint
-        if self.explain is not None:
-            yield self.explain
+        for twin in (self.stream, self.explain):
+            if twin is not None:
+                yield twin
 
     def option(self, keyword: str) -> Option:
         for option in self.options:
@@ -272,7 +277,9 @@ def _model(role: str, r: _Reader) -> OnnxModel:
 
 
 def _endpoint(name: str, r: _Reader, inherited: Mapping[str, OnnxModel]) -> Endpoint:
-    r.check_known("front", "outputs", "max_batch_size", "instances", "queue", "models", "about")
+    r.check_known(
+        "front", "outputs", "max_batch_size", "instances", "queue", "models", "about", "stream", "graphs", "threads"
+    )
     queue = r.sub("queue")
     queue.check_known("max_size", "timeout_s")
     models = dict(inherited)
@@ -292,6 +299,8 @@ def _endpoint(name: str, r: _Reader, inherited: Mapping[str, OnnxModel]) -> Endp
         queue_timeout_s=float(queue.get("timeout_s", (int, float))),
         models=models,
         about=r.get("about", str, ""),
+        graphs=r.get("graphs", str, ""),
+        threads=r.get("threads", int, 0),
     )
 
 
@@ -321,6 +330,9 @@ def _task(r: _Reader, path: Path) -> Task:
     )
     endpoint = _endpoint(name, r.sub("endpoint"), {})
     explain = _endpoint(f"{name}_explain", r.sub("explain"), endpoint.models) if "explain" in r.table else None
+    stream = None
+    if r.sub("endpoint").get("stream", bool, False):  # the same endpoint, answering with a stream of pieces
+        stream = replace(endpoint, name=f"{name}_stream", decoupled=True)
     task = Task(
         name=name,
         summary=r.get("summary", str),
@@ -329,6 +341,7 @@ def _task(r: _Reader, path: Path) -> Task:
         options=options,
         endpoint=endpoint,
         explain=explain,
+        stream=stream,
         loadtest=_loadtest(r.sub("loadtest")),
         assets=tuple(r.get("assets", list, [])),
         checkpoint=r.get("checkpoint", str, ""),

@@ -50,11 +50,16 @@ def front_config(task: Task, endpoint: Endpoint) -> str:
     policy.timeout_action = pb.ModelQueuePolicy.REJECT
     policy.default_timeout_microseconds = round(endpoint.queue_timeout_s * 1_000_000)
     config.instance_group.add(count=endpoint.instances, kind=pb.ModelInstanceGroup.KIND_CPU)
+    if endpoint.decoupled:
+        config.model_transaction_policy.decoupled = True
+    if endpoint.threads:
+        config.parameters[THREADS_PARAMETER].string_value = str(endpoint.threads)
     options = ", ".join(f"{o.input} in [{o.low}, {o.high}] (default {o.default})" for o in task.options)
     variant = (
         f"Front model (Python backend): TEXT{' and optional ' + options if options else ''}. At most "
         f"{endpoint.queue_size} requests wait; a full queue, or a request that waited {endpoint.queue_timeout_s:g} s, "
         "is refused at once (REJECT: UNAVAILABLE, HTTP 503)."
+        + (" Decoupled: a stream of responses per request, the last flagged final." if endpoint.decoupled else "")
     )
     return _header(task, endpoint.about, variant) + _text(config)
 

@@ -252,6 +252,14 @@ class FrontModel:
             )
         return tuple(values)
 
+    def read_request(self, request: Any) -> tuple[list[str], tuple[tuple[str, int], ...]]:
+        """A request's texts and options, validated; `InputError` names what is wrong."""
+        tensor = self.pb.get_input_tensor_by_name(request, TEXT_INPUT)
+        if tensor is None:
+            raise InputError(f"missing required input {TEXT_INPUT}", "missing_input")
+        texts = decode_texts(tensor.as_numpy())
+        return texts, self.parse_options(request, len(texts))
+
     # -- task specific -------------------------------------------------------------------
     def run_group(self, texts: list[str], options: tuple[tuple[str, int], ...]) -> list[tuple]:
         """Results for texts that share `options` ((keyword, value) pairs), one tuple of output values per text."""
@@ -264,11 +272,7 @@ class FrontModel:
         self.metrics.requests(len(requests))
         for i, request in enumerate(requests):
             try:
-                tensor = self.pb.get_input_tensor_by_name(request, TEXT_INPUT)
-                if tensor is None:
-                    raise InputError(f"missing required input {TEXT_INPUT}", "missing_input")
-                texts = decode_texts(tensor.as_numpy())
-                job = Job(i, texts, self.parse_options(request, len(texts)))
+                job = Job(i, *self.read_request(request))
                 groups.setdefault(job.options, []).append(job)
             except InputError as err:
                 responses[i] = self.error_response(str(err))

@@ -78,6 +78,7 @@ REJECT_REASONS = (
     "option_mismatch",
     "invalid_input",
     "internal_error",
+    "overloaded",
 )
 
 

@@ -1,0 +1,128 @@
+"""Seq2Seq → two ONNX graphs for iteration-level (continuous) batching: an encoder and a one-token decoder step.
+
+The BeamSearch generator (export/seq2seq_export.py) runs a whole batch from the first token to the last: every
+row has the same position and nothing joins on the way. These graphs let the serving engine (serving/engine/)
+drive the loop itself: rows join the running batch at any step and leave it the step they finish, so each row of
+the decoder step sits at its own position with its own cache length. Every attention is one fused
+`com.microsoft::MultiHeadAttention` node and RoPE the fused `RotaryEmbedding`, as in the generator.
+
+encoder
+    inputs   input_ids int32 [B, S], attention_mask int32 [B, S] (1 = token)
+    outputs  cross_{key,value}_i float32 [B, H, S, Dh] per decoder layer (and the copy pointer's pair last,
+             with cfg.copy: keys, and the source ids as floats), projected once per source
+decoder step
+    inputs   input_ids int32 [B, 1] (each row's newest token, bos first), positions int64 [B] (its position),
+             self_mask int32 [B, P + 1] (1 = the row's own cached keys and the new one, 0 = padding),
+             cross_mask int32 [B, S], past_{key,value}_self_i float32 [B, H, P, Dh],
+             cross_{key,value}_i [B, H, S, Dh]
+    outputs  log_probs float32 [B, V] (log-softmax of the next-token logits; log p with the copy pointer),
+             top_log_probs float32 / top_ids int64 [B, 16]: each row's 16 best, best first (enough for the
+             2·k candidates of a beam search up to 8 beams; the engine then reads only these),
+             present_{key,value}_self_i [B, H, P + 1, Dh]
+
+A row's cache is right-aligned: its newest key is always the last column, so one concatenation per step
+serves every row, and columns that no row uses any more can be cut from the left.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+import torch
+from torch import Tensor, nn
+
+from export.model import Seq2Seq
+from export.seq2seq_export import _export, _flat, _kv_names, _pairs
+
+ENCODER_FILE, DECODER_FILE = "encoder.onnx", "decoder.onnx"
+TOP_K = 16  # best tokens per row the step returns: enough for beam search up to 8 beams (2·k candidates)
+
+
+def cross_names(n_pairs: int) -> list[str]:
+    return [f"cross_{kv}_{i}" for i in range(n_pairs) for kv in ("key", "value")]
+
+
+class StepEncoder(nn.Module):
+    def __init__(self, model: Seq2Seq) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, ...]:
+        ids = input_ids.long()
+        memory = self.model.encode(ids, attention_mask)
+        return tuple(_flat(self.model.decoder.project_memory(memory, ids)))
+
+
+class StepDecoder(nn.Module):
+    def __init__(self, model: Seq2Seq) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: Tensor, positions: Tensor, self_mask: Tensor, cross_mask: Tensor, *caches: Tensor):
+        n = 2 * self.model.cfg.n_decoder_layers
+        past, cross = _pairs(caches[:n]), _pairs(caches[n:])
+        decoder = self.model.decoder
+        logits, present = decoder(input_ids.long(), cross_mask, cross, past, starts=positions, self_mask=self_mask)
+        log_probs = logits[:, -1].float().log_softmax(-1)
+        top_log_probs, top_ids = log_probs.topk(TOP_K, dim=-1)
+        return log_probs, top_log_probs, top_ids, *_flat(present)
+
+
+def cross_layers(model: Seq2Seq) -> int:
+    """Cross-attention (key, value) pairs: one per decoder layer, plus the copy pointer's."""
+    return model.cfg.n_decoder_layers + int(model.cfg.copy)
+
+
+def export_encoder(model: Seq2Seq) -> onnx.ModelProto:
+    cfg = model.cfg
+    ids = torch.randint(4, cfg.vocab_size, (3, 7), dtype=torch.int32)
+    mask = torch.ones_like(ids)
+    mask[1, 4:] = 0
+    batch = torch.export.Dim("batch", min=1, max=4096)
+    sequence = torch.export.Dim("source", min=1, max=cfg.max_len)
+    shapes = {"input_ids": {0: batch, 1: sequence}, "attention_mask": {0: batch, 1: sequence}}
+    return _export(StepEncoder(model), (ids, mask), list(shapes), cross_names(cross_layers(model)), shapes)
+
+
+def export_decoder(model: Seq2Seq) -> onnx.ModelProto:
+    cfg = model.cfg
+    b, s, p = 3, 7, 4
+    tokens = torch.randint(4, cfg.target_vocab_size, (b, 1), dtype=torch.int32)
+    positions = torch.tensor([4, 0, 2])
+    self_mask = torch.ones(b, p + 1, dtype=torch.int32)
+    self_mask[1, :p] = 0
+    self_mask[2, : p - 2] = 0
+    cross_mask = torch.ones(b, s, dtype=torch.int32)
+    cross_mask[1, 4:] = 0
+    n, c = cfg.n_decoder_layers, cross_layers(model)
+    past = [torch.randn(b, cfg.n_heads, p, cfg.head_dim) for _ in range(2 * n)]
+    cross = [torch.randn(b, cfg.n_heads, s, cfg.head_dim) for _ in range(2 * c)]
+    if cfg.copy:  # the pointer's value carries source ids
+        cross[-1] = torch.randint(4, cfg.vocab_size, (b, 1, s, 1)).float().repeat(1, cfg.n_heads, 1, cfg.head_dim)
+    batch = torch.export.Dim("batch", min=1, max=4096)
+    source = torch.export.Dim("source", min=1, max=cfg.max_len)
+    cached = torch.export.Dim("past", min=1, max=cfg.max_len)
+    shapes = (
+        {0: batch},
+        {0: batch},
+        {0: batch, 1: cached + 1},
+        {0: batch, 1: source},
+        tuple([{0: batch, 2: cached}] * (2 * n) + [{0: batch, 2: source}] * (2 * c)),
+    )
+    names_in = ["input_ids", "positions", "self_mask", "cross_mask"]
+    names_in += _kv_names("past", "self", n) + cross_names(c)
+    names_out = ["log_probs", "top_log_probs", "top_ids", *_kv_names("present", "self", n)]
+    args = (tokens, positions, self_mask, cross_mask, *past, *cross)
+    return _export(StepDecoder(model), args, names_in, names_out, shapes)
+
+
+def export_step_graphs(model: Seq2Seq, folder: Path) -> tuple[Path, Path]:
+    """Write encoder.onnx and decoder.onnx into `folder` (checked by onnx.checker)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = folder / ENCODER_FILE, folder / DECODER_FILE
+    for proto, path in zip((export_encoder(model), export_decoder(model)), paths):
+        onnx.save(proto, str(path))
+        onnx.checker.check_model(str(path))
+    return paths

@@ -1,0 +1,140 @@
+"""Greedy and beam search for one source text, one step at a time, in NumPy.
+
+A `Sequence` owns `num_beams` rows of the engine's running batch and nothing else: each step it reads the
+log-probabilities of its own rows and says which of them the next step continues (the beam reorder), or that
+it is finished. Sources never look at each other, which is what lets them join and leave the batch at any step.
+
+The rules are the reference's (export/generation.py), which follows ONNX Runtime's BeamSearch op step by step:
+the top 2·k candidates over [k × vocab] of `log_probs + beam score`; an eos among the first k closes a hypothesis
+scored `sum_logprobs / len ** length_penalty` (len counts bos); with early stopping a source is done once it has
+k hypotheses; after max_new_tokens steps the live beams compete with the hypotheses. Greedy is argmax until eos.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from export.hypotheses import Hypotheses, repeated_ngram_tokens
+
+INITIAL_BEAM_SCORE = np.float32(-1e9)  # beams 1..k-1 at the first step, so the beams differ
+LOWEST = np.finfo(np.float32).min
+
+
+def block_repeated_ngrams(scores: np.ndarray, sequences: list[list[int]], n: int) -> None:
+    """In place on scores [rows, V]: tokens that would repeat an n-gram of their row's sequence get the lowest
+    float (ORT's NoRepeatNGramLogitsProcessor; n = 0 blocks nothing)."""
+    if n <= 0:
+        return
+    for row, seq in enumerate(sequences):
+        banned = repeated_ngram_tokens(seq, n)
+        if banned:
+            scores[row, banned] = LOWEST
+
+
+def best_candidates(scores: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """For each row of scores [n, K]: the `count` best column indices and their scores, best first; equal scores
+    keep the lower index first (the order of torch.topk, which the reference uses)."""
+    picked = np.argpartition(-scores, count - 1, axis=1)[:, :count]
+    picked.sort(axis=1)
+    values = np.take_along_axis(scores, picked, axis=1)
+    order = np.argsort(-values, axis=1, kind="stable")
+    return np.take_along_axis(picked, order, axis=1), np.take_along_axis(values, order, axis=1)
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """What every source of one engine shares: the special ids and the checkpoint's decoding settings."""
+
+    bos_id: int
+    eos_id: int
+    length_penalty: float = 1.0
+    no_repeat_ngram_size: int = 0
+
+
+class Sequence:
+    """One source text being decoded: its live beams (token lists starting with bos) and their scores."""
+
+    def __init__(self, decoding: Decoding, max_new_tokens: int, num_beams: int) -> None:
+        self.decoding = decoding
+        self.max_new_tokens = max_new_tokens
+        self.num_beams = num_beams
+        self.beams = [[decoding.bos_id]]  # one row until the first step: the other beams start at -1e9
+        self.scores = np.zeros(1, dtype=np.float32)
+        self.hypotheses = Hypotheses(num_beams, decoding.length_penalty)
+        self.steps = 0
+        self.result: list[int] | None = None  # the answer (no bos, no eos) once finished
+
+    @property
+    def rows(self) -> int:
+        """Rows of the running batch it occupies: num_beams (greedy: 1)."""
+        return self.num_beams
+
+    def row_beams(self) -> list[list[int]]:
+        """The token list of each of its rows; before the first step every row holds just bos."""
+        return self.beams if len(self.beams) == self.num_beams else self.beams * self.num_beams
+
+    @property
+    def finished(self) -> bool:
+        return self.result is not None
+
+    def row_scores(self) -> np.ndarray:
+        """The beam score of each of its rows [num_beams]: 0 for beam 0 and -1e9 for the others at the first
+        step (their rows are copies of beam 0's), so that the beams differ."""
+        if len(self.scores) == self.num_beams:
+            return self.scores
+        scores = np.full(self.num_beams, INITIAL_BEAM_SCORE, np.float32)
+        scores[0] = self.scores[0]
+        return scores
+
+    def take_token(self, token: int) -> list[int]:
+        """Greedy: advance by the argmax token. Returns [0] (its one row continues), or [] once finished."""
+        self.steps += 1
+        if token == self.decoding.eos_id:
+            self.result = self.beams[0][1:]
+            return []
+        self.beams[0].append(token)
+        if self.steps == self.max_new_tokens:
+            self.result = self.beams[0][1:]
+            return []
+        return [0]
+
+    def take_candidates(self, indices: np.ndarray, scores: np.ndarray, vocab: int) -> list[int]:
+        """Beam search: advance given the best 2·k candidates over [k × vocab] of `log_probs + row_scores()`,
+        best first (flat indices and their scores). Returns, for each row of the next step, the row it
+        continues (a beam reorder), or [] once finished."""
+        self.steps += 1
+        k, beams = self.num_beams, self.row_beams()
+        chosen: list[tuple[int, int, np.float32]] = []
+        for j, (index, score) in enumerate(zip(indices.tolist(), scores)):
+            row, token = index // vocab, index % vocab
+            if token != self.decoding.eos_id:
+                chosen.append((row, token, score))
+            elif j < k:
+                self.hypotheses.add(beams[row], float(score))
+            if len(chosen) == k:
+                break
+        if self.hypotheses.full():  # early stopping
+            self.result = self.hypotheses.items[0][1][1:]
+            return []
+        self.beams = [beams[row] + [token] for row, token, _ in chosen]
+        self.scores = np.array([score for _, _, score in chosen], dtype=np.float32)
+        if self.steps == self.max_new_tokens:  # out of steps: the live beams compete with the hypotheses
+            for beam, score in zip(self.beams, self.scores):
+                self.hypotheses.add(beam, float(score))
+            self.result = self.hypotheses.items[0][1][1:]
+            return []
+        return [row for row, _, _ in chosen]
+
+    def stable_tokens(self) -> list[int]:
+        """Generated tokens that every possible answer starts with: all of them once finished; for greedy the
+        tokens so far; for beam search the common prefix of the live beams and the hypotheses."""
+        if self.result is not None:
+            return self.result
+        candidates = [beam[1:] for beam in self.beams] + [tokens[1:] for _, tokens in self.hypotheses.items]
+        prefix = candidates[0]
+        for other in candidates[1:]:
+            n = next((i for i, (a, b) in enumerate(zip(prefix, other)) if a != b), min(len(prefix), len(other)))
+            prefix = prefix[:n]
+        return prefix

@@ -1,0 +1,155 @@
+"""`translate` / `summarize` on the continuous-batching engine, and their streaming twins.
+
+The front model validates each request as every front model does, then hands its texts to the engine
+(serving/engine/) running in this process and returns at once: Triton can pass the next requests while the first
+ones decode, and they join the running batch at the next step. Answers go back through each request's response
+sender from the engine's thread: one response per request (the endpoint), or, for the decoupled twin
+(`<task>_stream`), a response each time some text is certain, flagged final at the end. The pieces of a stream
+concatenated equal the non-streaming answer.
+
+The engine's step graphs (encoder.onnx, decoder.onnx) sit in the front model's version folder
+(export/step_export.py writes them). A request that would push the engine's queue past its bound is refused at
+once with UNAVAILABLE, which the SDK retries.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from export.tokenizer import EOS_ID, detokenize
+from serving.engine.engine import Engine, Job, Shapes
+from serving.engine.search import Decoding
+from serving.frontends.base import BatchTokenizer, FrontModel, InputError
+
+# Texts may wait for the running batch up to this many rows ahead of them; more is refused (bounded latency).
+MAX_QUEUED_ROWS = 512
+HOLD_BACK_TOKENS = 2  # detokenizing can still change the last tokens' text ("Don ' t" → "Don't")
+CANCEL_POLL_S = 0.1
+
+
+class ContinuousFront(FrontModel):
+    def __init__(self, pb: Any, args: dict) -> None:
+        super().__init__(pb, args)
+        cfg = self.task_config
+        model = cfg["model"]
+        self.source = BatchTokenizer.from_file(self.asset_dir / "tokenizer.json", cfg["max_tokens"])
+        self.target = Tokenizer.from_file(str(self.asset_dir / "target_tokenizer.json"))
+        head_dim = model["d_model"] // model["n_heads"]
+        layers = model["n_decoder_layers"]
+        shapes = Shapes(layers, layers + int(model.get("copy", False)), model["n_heads"], head_dim)
+        decoding = Decoding(
+            model["bos_id"], model["eos_id"], cfg.get("length_penalty", 1.0), cfg.get("no_repeat_ngram_size", 0)
+        )
+        params = {k: v["string_value"] for k, v in self.model_config.get("parameters", {}).items()}
+        threads = int(params.get("intra_op_thread_count", "1"))
+        self.engine = Engine(
+            self.asset_dir / "encoder.onnx", self.asset_dir / "decoder.onnx", shapes, decoding, threads
+        )
+        self.streaming = self.endpoint.decoupled
+        self.output = self.outputs[0]
+        self.engine.start()
+
+    def finalize(self) -> None:
+        self.engine.stop()
+
+    def execute(self, requests: list[Any]) -> None:
+        self.metrics.requests(len(requests))
+        final = self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        for request in requests:
+            sender = request.get_response_sender()
+            try:
+                texts, options = self.read_request(request)
+                settings = dict(options)
+                if self.engine.queued_rows() + len(texts) * settings["num_beams"] > MAX_QUEUED_ROWS:
+                    raise Overloaded()
+            except InputError as err:
+                sender.send(self.error_response(str(err)), flags=final)
+                self.metrics.rejected(err.reason)
+                continue
+            except Overloaded:
+                error = self.pb.TritonError(
+                    "the generation queue is full; retry later", self.pb.TritonError.UNAVAILABLE
+                )
+                sender.send(self.pb.InferenceResponse(error=error), flags=final)
+                self.metrics.rejected("overloaded")
+                continue
+            batch = self.encode(self.source, texts, suffix=[EOS_ID])
+            reply = Reply(self, sender, len(texts))
+            for row in range(len(texts)):
+                source = batch.ids[row, : batch.lengths[row]].tolist()
+                job = Job(
+                    source, settings["max_new_tokens"], settings["num_beams"], reply.callback(row), reply.cancelled
+                )
+                self.engine.submit(job)
+        return None
+
+    def respond(self, sender: Any, pieces: Sequence[str], final: bool) -> None:
+        tensor = self.pb.Tensor(self.output, np.array([[p.encode("utf-8")] for p in pieces], dtype=np.object_))
+        flags = self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0
+        sender.send(self.pb.InferenceResponse(output_tensors=[tensor]), flags=flags)
+
+
+class Overloaded(Exception):
+    pass
+
+
+class Reply:
+    """The answer to one request, filled row by row from the engine's thread."""
+
+    def __init__(self, front: ContinuousFront, sender: Any, rows: int) -> None:
+        self.front = front
+        self.sender = sender
+        self.tokens: list[list[int]] = [[] for _ in range(rows)]
+        self.sent = [""] * rows  # text already streamed, per row
+        self.done = [False] * rows
+        self.lock = threading.Lock()
+        self.checked = 0.0
+        self.is_cancelled = False
+
+    def cancelled(self) -> bool:
+        """The client went away or cancelled: polled by the engine, at most every CANCEL_POLL_S per request."""
+        now = time.monotonic()
+        if not self.is_cancelled and now - self.checked > CANCEL_POLL_S:
+            self.checked = now
+            self.is_cancelled = bool(self.sender.is_cancelled())
+        return self.is_cancelled
+
+    def callback(self, row: int):
+        def on_tokens(tokens: list[int], final: bool) -> None:
+            with self.lock:
+                self.tokens[row] += tokens
+                self.done[row] = self.done[row] or final
+                finished = all(self.done)
+                if self.is_cancelled:
+                    if finished:
+                        self.front.respond(self.sender, [""] * len(self.sent), True)
+                    return
+                if self.front.streaming:
+                    self._stream(row, finished)
+                elif finished:
+                    texts = [detokenize(self.front.target, t) for t in self.tokens]
+                    self.front.metrics.generated(sum(len(t) for t in self.tokens))
+                    self.front.respond(self.sender, texts, True)
+
+        return on_tokens
+
+    def _stream(self, row: int, finished: bool) -> None:
+        pieces = [""] * len(self.sent)
+        rows = range(len(self.sent)) if finished else [row]
+        for r in rows:
+            tokens = self.tokens[r] if self.done[r] else self.tokens[r][:-HOLD_BACK_TOKENS]
+            text = detokenize(self.front.target, tokens)
+            if text.startswith(self.sent[r]) and len(text) > len(self.sent[r]):
+                pieces[r] = text[len(self.sent[r]) :]
+                self.sent[r] = text
+        if finished:
+            self.front.metrics.generated(sum(len(t) for t in self.tokens))
+            self.front.respond(self.sender, pieces, True)
+        elif any(pieces):
+            self.front.respond(self.sender, pieces, False)
