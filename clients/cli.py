@@ -132,6 +132,12 @@ def build_parser() -> argparse.ArgumentParser:
         )
         command.add_argument("texts", nargs="+", metavar="TEXT", help='text; "-" reads lines from stdin')
         add_option_flags(command, task.options)
+        if task.stream is not None:
+            command.add_argument(
+                "--stream",
+                action="store_true",
+                help=f"print each answer as it is generated ({task.stream.name}; one text at a time)",
+            )
         add_common_flags(command, with_defaults=False)
     explain = add_explain_parser(commands)
     add_option_flags(explain, explained_options(tasks))
@@ -219,6 +225,22 @@ def output_lines(client: Any, args: argparse.Namespace, texts: Sequence[str]) ->
     return format_results(args.command, pairs, args.json)
 
 
+def stream_lines(client: Any, args: argparse.Namespace, texts: Sequence[str]) -> Iterator[str]:
+    """--stream: each text's answer written piece by piece as it arrives, then its line ends."""
+    for text in texts:
+        pieces = []
+        for piece in client.stream(args.command, text, **task_options(args.command, args)):
+            pieces.append(piece)
+            if not args.json:
+                sys.stdout.write(one_line(piece))
+                sys.stdout.flush()
+        answer = "".join(pieces)
+        if args.json:
+            yield json.dumps({"text": text, endpoint(args.command).outputs[0].lower(): answer}, ensure_ascii=False)
+        else:
+            yield ""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `ropeserve` / `python -m clients`; returns the exit code (argparse exits itself)."""
     parser = build_parser()
@@ -229,7 +251,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     retry = RetryPolicy(max_attempts=args.attempts)
     client = Client(args.url, args.protocol, args.timeout, retry)
     try:
-        for line in output_lines(client, args, texts):
+        lines = (
+            stream_lines(client, args, texts) if getattr(args, "stream", False) else output_lines(client, args, texts)
+        )
+        for line in lines:
             print(line, flush=True)
     except ClientError as error:
         message, code = one_line_error(error, args.command, client.url)

@@ -29,7 +29,7 @@ Conventions shared by both clients:
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Self, TypeVar
@@ -40,6 +40,7 @@ from .endpoints import Endpoint, build_inputs, endpoint, endpoints, normalize_te
 from .errors import ClientError, translated_errors
 from .explain import SentimentAttention, TranslationAlignment, explain_endpoint, explain_options
 from .retry import RetryPolicy, call_with_retry, call_with_retry_async
+from .streaming import grpc_stream, http_stream
 from .transport import DEFAULT_TIMEOUT_S, normalize_url, transport_for
 
 T = TypeVar("T")
@@ -143,6 +144,13 @@ class Client(_ClientBase):
     ) -> list[TranslationAlignment] | list[SentimentAttention]:
         """`task`'s answer plus its tokens and attention matrices, one per text ("translate" or "sentiment")."""
         return self._infer(explain_endpoint(task), texts, explain_options(options))
+
+    def stream(self, task: str, text: str, **options: int | None) -> Iterator[str]:
+        """The pieces of `task`'s answer for one text as the server produces them (its `<task>_stream` twin);
+        joined, they equal ``client.<task>(text)[0]``. Stopping early cancels the request (see
+        clients/streaming.py)."""
+        run = grpc_stream if self.protocol == "grpc" else http_stream
+        return run(self.url, self.timeout_s, task, text, options)
 
     def is_ready(self, task: str | None = None) -> bool:
         """Whether the server (and `task`'s model, if named) can take requests; False rather than raise."""

@@ -70,7 +70,7 @@ def train_or_resume(path: Path | None, train: Callable[[], Tokenizer]) -> Tokeni
 _APOSTROPHE = re.compile(r"(\w) ' (\w)")  # "Don ' t" → "Don't"
 
 
-def _is_cjk(ch: str) -> bool:
+def is_cjk(ch: str) -> bool:
     cp = ord(ch)
     return 0x3000 <= cp <= 0x9FFF or 0xF900 <= cp <= 0xFAFF or 0xFF00 <= cp <= 0xFFEF or 0x20000 <= cp <= 0x2FA1F
 
@@ -81,7 +81,7 @@ def detokenize(tokenizer: Tokenizer, ids: list[int]) -> str:
     text = tokenizer.decode(ids, skip_special_tokens=True)
     out = []
     for i, ch in enumerate(text):
-        if ch == " " and 0 < i < len(text) - 1 and (_is_cjk(text[i - 1]) or _is_cjk(text[i + 1])):
+        if ch == " " and 0 < i < len(text) - 1 and (is_cjk(text[i - 1]) or is_cjk(text[i + 1])):
             continue
         out.append(ch)
     return _APOSTROPHE.sub(r"\1'\2", "".join(out))

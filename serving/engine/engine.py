@@ -68,6 +68,13 @@ class Stats:
     running_rows: int = 0
     generated_tokens: int = 0
     queue_seconds: list[float] = field(default_factory=list)  # per admitted job, drained by the reader
+    first_token_seconds: list[float] = field(default_factory=list)  # per job, from submission; drained too
+
+    def drain(self) -> tuple[list[float], list[float]]:
+        """The waits and first-token times recorded since the last call."""
+        waits, self.queue_seconds = self.queue_seconds, []
+        firsts, self.first_token_seconds = self.first_token_seconds, []
+        return waits, firsts
 
 
 class Engine:
@@ -312,6 +319,8 @@ class Engine:
 
     def _report(self, job: Job) -> None:
         seq = job.sequence
+        if seq.steps == 1:  # its first token (or its end) is known now
+            self.stats.first_token_seconds.append(time.perf_counter() - job.submitted)
         stable = seq.stable_tokens()
         if seq.finished:
             self.stats.generated_tokens += len(seq.result)

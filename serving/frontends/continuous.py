@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from export.tokenizer import EOS_ID, detokenize
+from export.tokenizer import EOS_ID, detokenize, is_cjk
 from serving.engine.engine import Engine, Job, Shapes
 from serving.engine.search import Decoding
 from serving.frontends.base import BatchTokenizer, FrontModel, InputError
@@ -31,6 +31,7 @@ from serving.frontends.base import BatchTokenizer, FrontModel, InputError
 MAX_QUEUED_ROWS = 512
 HOLD_BACK_TOKENS = 2  # detokenizing can still change the last tokens' text ("Don ' t" → "Don't")
 CANCEL_POLL_S = 0.1
+METRICS_PERIOD_S = 0.5
 
 
 class ContinuousFront(FrontModel):
@@ -54,13 +55,27 @@ class ContinuousFront(FrontModel):
         self.streaming = self.endpoint.decoupled
         self.output = self.outputs[0]
         self.engine.start()
+        self._reporting = threading.Event()
+        threading.Thread(target=self._report_metrics, name="engine-metrics", daemon=True).start()
 
     def finalize(self) -> None:
+        self._reporting.set()
         self.engine.stop()
+
+    def _report_metrics(self) -> None:
+        """The engine's gauges and counters, twice a second: a metrics update is a message to Triton, too costly
+        for every step."""
+        steps = 0
+        while not self._reporting.wait(METRICS_PERIOD_S):
+            stats = self.engine.stats
+            waits, firsts = stats.drain()
+            self.metrics.engine(stats.running_rows, stats.steps - steps, waits, firsts)
+            steps = stats.steps
 
     def execute(self, requests: list[Any]) -> None:
         self.metrics.requests(len(requests))
         final = self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        accepted = 0
         for request in requests:
             sender = request.get_response_sender()
             try:
@@ -80,6 +95,7 @@ class ContinuousFront(FrontModel):
                 self.metrics.rejected("overloaded")
                 continue
             batch = self.encode(self.source, texts, suffix=[EOS_ID])
+            accepted += len(texts)
             reply = Reply(self, sender, len(texts))
             for row in range(len(texts)):
                 source = batch.ids[row, : batch.lengths[row]].tolist()
@@ -87,6 +103,7 @@ class ContinuousFront(FrontModel):
                     source, settings["max_new_tokens"], settings["num_beams"], reply.callback(row), reply.cancelled
                 )
                 self.engine.submit(job)
+        self.metrics.batch(accepted)
         return None
 
     def respond(self, sender: Any, pieces: Sequence[str], final: bool) -> None:
@@ -143,8 +160,9 @@ class Reply:
         pieces = [""] * len(self.sent)
         rows = range(len(self.sent)) if finished else [row]
         for r in rows:
-            tokens = self.tokens[r] if self.done[r] else self.tokens[r][:-HOLD_BACK_TOKENS]
-            text = detokenize(self.front.target, tokens)
+            text = detokenize(self.front.target, self.tokens[r])
+            if not self.done[r]:
+                text = settled_text(detokenize(self.front.target, self.tokens[r][:-HOLD_BACK_TOKENS]))
             if text.startswith(self.sent[r]) and len(text) > len(self.sent[r]):
                 pieces[r] = text[len(self.sent[r]) :]
                 self.sent[r] = text
@@ -153,3 +171,14 @@ class Reply:
             self.front.respond(self.sender, pieces, True)
         elif any(pieces):
             self.front.respond(self.sender, pieces, False)
+
+
+def settled_text(text: str) -> str:
+    """The part of a partial answer's text that more tokens cannot change any more. Detokenizing joins words
+    with spaces and then tidies what surrounds a space ("We ' ll" → "We'll", "I ." → "I.", spaces next to
+    Chinese characters go), so after Latin text only what precedes the last space is settled; Chinese text
+    has no such spaces and settles character by character."""
+    text = text.rstrip()
+    if text and not is_cjk(text[-1]):
+        text = text[: max(text.rfind(" "), 0)].rstrip()
+    return text

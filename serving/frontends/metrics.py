@@ -29,9 +29,10 @@ PREFIX = "ropeserve_"
 @dataclass(frozen=True)
 class MetricSpec:
     name: str
-    kind: str  # "counter" or "histogram"
+    kind: str  # "counter", "gauge" or "histogram"
     description: str
     labels: tuple[str, ...] = ("model", "model_instance")
+    buckets: tuple[float, ...] = ()  # histograms
 
 
 REQUESTS = MetricSpec(
@@ -57,14 +58,45 @@ REJECTED = MetricSpec(
     "Requests answered with an error by a front model, by reason (bad input reasons, or internal_error)",
     ("model", "model_instance", "reason"),
 )
+BATCH_BUCKETS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0)
 BATCH_SIZE = MetricSpec(
     PREFIX + "batch_size",
     "histogram",
     "Texts tokenized together in one execute() call of a front model (after Triton's dynamic batching)",
+    buckets=BATCH_BUCKETS,
 )
-BATCH_BUCKETS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0)
+# The generation engine (serving/engine/) of translate/summarize and their streaming twins.
+SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+RUNNING_ROWS = MetricSpec(
+    PREFIX + "engine_running_rows", "gauge", "Rows (texts x beams) in the engine's running batch right now"
+)
+ENGINE_STEPS = MetricSpec(PREFIX + "engine_steps_total", "counter", "Decoding steps the engine ran (one per token)")
+QUEUE_SECONDS = MetricSpec(
+    PREFIX + "engine_queue_seconds",
+    "histogram",
+    "Time a text waited before it joined the engine's running batch",
+    buckets=SECONDS_BUCKETS,
+)
+FIRST_TOKEN_SECONDS = MetricSpec(
+    PREFIX + "engine_first_token_seconds",
+    "histogram",
+    "Time from a text's arrival at the engine to its first generated token",
+    buckets=SECONDS_BUCKETS,
+)
 
-ALL_METRICS = (REQUESTS, TEXTS, INPUT_TOKENS, GENERATED_TOKENS, TRUNCATED, REJECTED, BATCH_SIZE)
+ALL_METRICS = (
+    REQUESTS,
+    TEXTS,
+    INPUT_TOKENS,
+    GENERATED_TOKENS,
+    TRUNCATED,
+    REJECTED,
+    BATCH_SIZE,
+    RUNNING_ROWS,
+    ENGINE_STEPS,
+    QUEUE_SECONDS,
+    FIRST_TOKEN_SECONDS,
+)
 
 # Reasons a request is rejected (label values of REJECTED); InputError.reason holds one of the first ones.
 REJECT_REASONS = (
@@ -103,8 +135,9 @@ class FrontMetrics:
         if not self.enabled:
             return
         try:
+            kinds = {"histogram": family_cls.HISTOGRAM, "gauge": family_cls.GAUGE, "counter": family_cls.COUNTER}
             for spec in ALL_METRICS:
-                kind = family_cls.HISTOGRAM if spec.kind == "histogram" else family_cls.COUNTER
+                kind = kinds[spec.kind]
                 self._families[spec.name] = family_cls(name=spec.name, description=spec.description, kind=kind)
             # Every series exists from the start (at 0), so rate() and dashboards see zeros, not "no data".
             for spec in ALL_METRICS:
@@ -127,7 +160,7 @@ class FrontMetrics:
             labels = {"model": self.model, "model_instance": self.instance, **extra}
             family = self._families[spec.name]
             if spec.kind == "histogram":
-                series = family.Metric(labels=labels, buckets=list(BATCH_BUCKETS))
+                series = family.Metric(labels=labels, buckets=list(spec.buckets))
             else:
                 series = family.Metric(labels=labels)
             self._series[key] = series
@@ -140,17 +173,34 @@ class FrontMetrics:
             except Exception as err:  # noqa: BLE001
                 self._disable(err)
 
+    def _observe(self, spec: MetricSpec, values: Iterable[float]) -> None:
+        if self.enabled:
+            try:
+                series = self._get(spec)
+                for value in values:
+                    series.observe(float(value))
+            except Exception as err:  # noqa: BLE001
+                self._disable(err)
+
     # -- what the front model reports ----------------------------------------------------
+    def engine(self, running_rows: int, steps: int, queue_seconds: Iterable[float], first_token: Iterable[float]):
+        """The engine since the last report: its running batch now, steps run, waits and first-token times."""
+        if self.enabled:
+            try:
+                self._get(RUNNING_ROWS).set(float(running_rows))
+            except Exception as err:  # noqa: BLE001
+                self._disable(err)
+        self._add(ENGINE_STEPS, steps)
+        self._observe(QUEUE_SECONDS, queue_seconds)
+        self._observe(FIRST_TOKEN_SECONDS, first_token)
+
     def requests(self, count: int) -> None:
         self._add(REQUESTS, count)
 
     def batch(self, texts: int) -> None:
         """One execute() call tokenized ``texts`` valid texts together."""
-        if self.enabled and texts > 0:
-            try:
-                self._get(BATCH_SIZE).observe(float(texts))
-            except Exception as err:  # noqa: BLE001
-                self._disable(err)
+        if texts > 0:
+            self._observe(BATCH_SIZE, [texts])
             self._add(TEXTS, texts)
 
     def encoded(self, lengths: Iterable[int], truncated: Iterable[bool]) -> None:

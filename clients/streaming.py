@@ -1,0 +1,125 @@
+"""Streamed answers: the pieces of one text's answer as the server produces them, from `<task>_stream`.
+
+A task whose definition says `stream = true` has a decoupled twin, `<task>_stream`, with the same inputs: it
+answers with a stream of responses, each holding the text that became certain since the last one, the last one
+flagged final. Joined, the pieces equal the endpoint's non-streamed answer for the same settings.
+
+- gRPC: one bidirectional stream per call (tritonclient's `start_stream` / `async_stream_infer`).
+- HTTP: Triton's `generate_stream` extension, server-sent events (``data: {...}`` lines):
+
+      curl -N localhost:8000/v2/models/translate_stream/generate_stream -d '{"TEXT": "我爱你。", "NUM_BEAMS": 1}'
+
+Greedy decoding streams token by token; beam search can only stream what all its beams agree on, which often is
+the whole answer at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from tasks.definition import get as get_task
+
+from .endpoints import int_option_tensor, text_tensor
+from .errors import BAD_RESPONSE, ClientError, translated_errors
+
+FINAL = "triton_final_response"
+
+
+def stream_model(task: str) -> tuple[str, str, Mapping[str, str]]:
+    """(the streaming twin's name, its text output, keyword -> input name) for `task`."""
+    definition = get_task(task)
+    if definition.stream is None:
+        raise ValueError(f"{task} has no streaming twin (its definition does not say stream = true)")
+    return definition.stream.name, definition.stream.outputs[0].name, {o.keyword: o.input for o in definition.options}
+
+
+def _inputs(text: str, options: Mapping[str, int | None], names: Mapping[str, str]) -> dict[str, np.ndarray]:
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    unknown = set(options) - set(names)
+    if unknown:
+        raise TypeError(f"does not take {', '.join(sorted(unknown))}")
+    tensors = {"TEXT": text_tensor([text])}
+    for keyword, value in options.items():
+        if value is not None:
+            tensors[names[keyword]] = int_option_tensor(keyword, value, 1)
+    return tensors
+
+
+def grpc_stream(url: str, timeout_s: float, task: str, text: str, options: Mapping[str, int | None]) -> Iterator[str]:
+    import tritonclient.grpc as grpcclient
+
+    model, output, names = stream_model(task)
+    inputs = []
+    for name, array in _inputs(text, options, names).items():
+        tensor = grpcclient.InferInput(name, list(array.shape), "BYTES" if array.dtype == np.object_ else "INT32")
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        with translated_errors(url, timeout_s):
+            client.start_stream(callback=lambda result, error: answers.put((result, error)))
+            client.async_stream_infer(model, inputs, enable_empty_final_response=True)
+        while True:
+            try:
+                result, error = answers.get(timeout=timeout_s)
+            except queue.Empty:
+                raise ClientError(
+                    f"no response from {model} within {timeout_s:g} s", "DEADLINE_EXCEEDED", url
+                ) from None
+            if error is not None:
+                with translated_errors(url, timeout_s):
+                    raise error
+            piece = result.as_numpy(output)
+            if piece is not None and piece.size:
+                yield piece.reshape(-1)[0].decode("utf-8")
+            if result.get_response().parameters[FINAL].bool_param:
+                return
+    finally:
+        client.stop_stream(cancel_requests=True)  # a caller that stops early cancels the request on the server
+        client.close()
+
+
+def http_stream(url: str, timeout_s: float, task: str, text: str, options: Mapping[str, int | None]) -> Iterator[str]:
+    model, output, names = stream_model(task)
+    body = {name: array.reshape(-1)[0] for name, array in _inputs(text, options, names).items()}
+    body = {name: value.decode("utf-8") if isinstance(value, bytes) else int(value) for name, value in body.items()}
+    request = urllib.request.Request(
+        f"http://{url}/v2/models/{model}/generate_stream",
+        data=json.dumps(body).encode("utf-8"),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        response = urllib.request.urlopen(request, timeout=timeout_s)  # noqa: S310 - the URL is the caller's server
+    except urllib.error.HTTPError as error:
+        raise ClientError(_error_text(error.read()), str(error.code), url) from None
+    except OSError as error:
+        with translated_errors(url, timeout_s):
+            raise error
+    with response:
+        for line in response:
+            if not line.startswith(b"data:"):
+                continue
+            event = json.loads(line[len(b"data:") :])
+            if "error" in event:
+                raise ClientError(event["error"], "400", url)
+            if output not in event:
+                raise ClientError(f"a streamed event has no {output}: {event}", BAD_RESPONSE, url)
+            if event[output]:
+                yield event[output]
+
+
+def _error_text(body: bytes) -> str:
+    try:
+        return json.loads(body)["error"]
+    except (ValueError, KeyError, TypeError):
+        return body.decode("utf-8", "replace")

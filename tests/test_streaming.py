@@ -1,0 +1,101 @@
+"""The streaming twins (`translate_stream`, `summarize_stream`) against the real server: pieces that add up to
+the endpoint's answer over gRPC and HTTP (SSE), bad input refused by name, cancellation that frees the engine's
+rows, and the CLI's --stream."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from clients import Client, ClientError
+from serving.metrics import metric_sum
+
+ROOT = Path(__file__).resolve().parents[1]
+TEXTS = ["我们明天去北京看长城。", "他每天早上六点起床，然后去公园跑步。", "请把窗户关上。"]
+NEWS = "国家统计局今天发布数据，上半年国内生产总值同比增长百分之七，增速与一季度持平，消费对经济增长的贡献率继续提高。"
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+@pytest.mark.parametrize("beams", [1, 4])
+def test_pieces_add_up_to_the_answer(triton, protocol, beams):
+    url = triton.grpc_url if protocol == "grpc" else triton.http_url
+    with Client(url, protocol) as client:
+        for task, text in [*(("translate", t) for t in TEXTS), ("summarize", NEWS)]:
+            pieces = list(client.stream(task, text, num_beams=beams))
+            assert "".join(pieces) == client.infer(task, text, num_beams=beams)[0], (task, text)
+            if beams == 1 and task == "translate":  # greedy streams token by token
+                assert len(pieces) >= 2, pieces
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_bad_input_to_a_stream_is_refused_by_name(triton, protocol):
+    url = triton.grpc_url if protocol == "grpc" else triton.http_url
+    with Client(url, protocol) as client:
+        with pytest.raises(ClientError, match="NUM_BEAMS must be between 1 and 8, got 9"):
+            list(client.stream("translate", "我爱你。", num_beams=9))
+        with pytest.raises(ClientError, match="empty, whitespace-only"):
+            list(client.stream("summarize", "   "))
+        with pytest.raises(ClientError, match="MAX_NEW_TOKENS must be between"):
+            list(client.stream("translate", "我爱你。", max_new_tokens=0))
+        assert "".join(client.stream("translate", "我爱你。")) == client.translate("我爱你。")[0]  # still serving
+
+
+def running_rows(triton, model: str) -> float:
+    return metric_sum(triton.metrics_url, "ropeserve_engine_running_rows", model=model)
+
+
+def stream_batch(triton, texts: list[str], cancel_after_first: bool) -> float:
+    """Stream one request of many texts (beam 4, up to 80 tokens each) through tritonclient; seconds to its end,
+    or, cancelling after the first response, to the moment the engine reports no running rows."""
+    import queue
+
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(triton.grpc_url)
+    answers: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    inputs = [grpcclient.InferInput(name, [len(texts), 1], kind) for name, kind in
+              (("TEXT", "BYTES"), ("NUM_BEAMS", "INT32"), ("MAX_NEW_TOKENS", "INT32"))]  # fmt: skip
+    inputs[0].set_data_from_numpy(np.array([[t.encode()] for t in texts], dtype=np.object_))
+    inputs[1].set_data_from_numpy(np.full((len(texts), 1), 4, np.int32))
+    inputs[2].set_data_from_numpy(np.full((len(texts), 1), 80, np.int32))
+    started = time.monotonic()
+    client.async_stream_infer("summarize_stream", inputs, enable_empty_final_response=True)
+    try:
+        while True:
+            result, error = answers.get(timeout=60)
+            assert error is None, error
+            if cancel_after_first or result.get_response().parameters["triton_final_response"].bool_param:
+                break
+        if not cancel_after_first:
+            return time.monotonic() - started
+        client.stop_stream(cancel_requests=True)
+        cancelled = time.monotonic()
+        while running_rows(triton, "summarize_stream") > 0 and time.monotonic() - cancelled < 30:
+            time.sleep(0.05)
+        return time.monotonic() - cancelled
+    finally:
+        client.stop_stream(cancel_requests=True)
+        client.close()
+
+
+def test_a_cancelled_stream_frees_its_rows(triton):
+    """A client that cancels frees its rows within a few steps, long before the request would have ended."""
+    texts = [f"{NEWS}第{i}条。" * 2 for i in range(24)]
+    full = stream_batch(triton, texts, cancel_after_first=False)
+    freed = stream_batch(triton, texts, cancel_after_first=True)
+    assert freed < full / 2, f"rows freed {freed:.2f} s after the cancel; the whole request takes {full:.2f} s"
+    assert running_rows(triton, "summarize_stream") == 0
+
+
+def test_cli_stream_prints_the_answer(triton):
+    args = ["-m", "clients", "translate", TEXTS[0], "--stream", "--beams", "1", "--url", triton.grpc_url]
+    run = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    with Client(triton.grpc_url) as client:
+        assert run.stdout.strip() == client.translate(TEXTS[0], num_beams=1)[0]
