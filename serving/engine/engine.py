@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from export.providers import inference_session
 from serving.engine import search
 from serving.engine.search import Decoding, best_candidates, block_repeated_ngrams
 
@@ -91,9 +92,10 @@ class Engine:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        providers = ["CPUExecutionProvider"]
-        self.encoder = ort.InferenceSession(str(encoder), options, providers=providers)
-        self.decoder = ort.InferenceSession(str(decoder), options, providers=providers)
+        # CUDA where this onnxruntime has it (export/providers.py). The caches live in NumPy between steps, so
+        # on a GPU every step copies them both ways: correct, not yet fast (not run here: no GPU).
+        self.encoder = inference_session(encoder, options)
+        self.decoder = inference_session(decoder, options)
         self.cross_names = [o.name for o in self.encoder.get_outputs()]
         self.past_names = [i.name for i in self.decoder.get_inputs() if i.name.startswith("past_")]
         self.present_names = [o.name for o in self.decoder.get_outputs() if o.name.startswith("present_")]

@@ -31,6 +31,7 @@ from serving.frontends.base import BatchTokenizer, FrontModel, InputError
 MAX_QUEUED_ROWS = 512
 HOLD_BACK_TOKENS = 2  # detokenizing can still change the last tokens' text ("Don ' t" → "Don't")
 CANCEL_POLL_S = 0.1
+QUEUE_FULL = "the generation queue is full; retry later"
 METRICS_PERIOD_S = 0.5
 
 
@@ -88,9 +89,7 @@ class ContinuousFront(FrontModel):
                 self.metrics.rejected(err.reason)
                 continue
             except Overloaded:
-                error = self.pb.TritonError(
-                    "the generation queue is full; retry later", self.pb.TritonError.UNAVAILABLE
-                )
+                error = self.pb.TritonError(QUEUE_FULL, self.pb.TritonError.UNAVAILABLE)
                 sender.send(self.pb.InferenceResponse(error=error), flags=final)
                 self.metrics.rejected("overloaded")
                 continue
