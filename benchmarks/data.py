@@ -22,6 +22,8 @@ FILES: dict[str, tuple[str, ...]] = {
     ),
     # the test set, and the training set the reader removes overlapping sentences with
     "translate": ("translation/tatoeba_test_zh_en.tsv", "translation/tatoeba_cmn_eng/cmn.txt"),
+    # the test set alone: the translation section reads the Chinese side in file order, nothing else
+    "translate_test": ("translation/tatoeba_test_zh_en.tsv",),
     "summarize": ("summarization/clge_lcsts_csl/lcsts_val.tsv", "summarization/clge_lcsts_csl/lcsts_train.tsv"),
 }
 BUILT_IN = "built-in list"  # the source recorded for the load test's built-in texts
@@ -39,6 +41,12 @@ USES = (
     Use("runtime", "sentiment", "accuracy of every variant on the sentiment test split", "accuracy is not measured"),
     Use("generation", "translate", "translate test sentences", "it uses the load test's built-in sentences"),
     Use("generation", "summarize", "summarize test texts", "it uses the load test's built-in texts"),
+    Use(
+        "translation",
+        "translate_test",
+        "Tatoeba test sentences (Chinese side, in file order)",
+        "it uses the load test's built-in sentences",
+    ),
     Use(
         "serving",
         "sentiment",

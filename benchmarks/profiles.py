@@ -11,7 +11,7 @@ from export.data import DEFAULT_DATA_DIR
 ROOT = Path(__file__).resolve().parents[1]
 CHECKPOINTS = ROOT / "checkpoints"
 REPOSITORY = ROOT / "model_repository"
-SECTIONS = ("ceiling", "runtime", "generation", "serving")
+SECTIONS = ("ceiling", "runtime", "generation", "serving", "translation")
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,13 @@ class Profile:
     window_ms: int = 2000  # perf_analyzer measurement window
     client_seconds: float = 4.0  # async-client measurement per point (after a 0.5 s warm-up)
     serving_texts: int = 200  # test sentences sent to the servers
+    translation_sentences: int = 320  # Tatoeba test sentences, file order (offline passes, served requests)
+    translation_new_tokens: int | None = None  # None: the served default (48)
+    translation_threads: tuple[int, ...] = (1, 2)  # offline intra-op threads
+    translation_clients: tuple[int, ...] = (16, 32)  # closed-loop gRPC clients
+    translation_stream_clients: int = 16
+    translation_seconds: float = 10.0  # served window per point
+    translation_warmup_s: float = 2.0  # before each window, not counted
     data_dir: Path = DEFAULT_DATA_DIR
 
     def to_dict(self) -> dict[str, Any]:
@@ -45,6 +52,9 @@ PROFILES = {
         generation_sentences=8,
         window_ms=800,
         client_seconds=1.2,
+        translation_sentences=32,
+        translation_seconds=2.0,
+        translation_warmup_s=1.0,
     ),
     "smoke": Profile(
         "smoke",
@@ -60,6 +70,9 @@ PROFILES = {
         window_ms=500,
         client_seconds=0.5,
         serving_texts=16,
+        translation_sentences=8,
+        translation_seconds=2.0,  # longer than a beam-4 answer of the previous setup at 32 clients (~1.2 s)
+        translation_warmup_s=1.0,
     ),
 }
 

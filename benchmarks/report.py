@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks import data, generation, runtime, threads
+from benchmarks import data, generation, runtime, threads, translation
 
 
 def _cell(summary: dict[str, Any], digits: int = 0) -> str:
@@ -167,7 +167,13 @@ def markdown(results: dict[str, Any]) -> str:
         *(f"- data: {line}" for line in meta.get("data", {}).get("missing", [])),
         "",
     ]
-    sections = {"runtime": _runtime, "generation": _generation, "serving": _serving, "ceiling": _ceiling}
+    sections = {
+        "runtime": _runtime,
+        "generation": _generation,
+        "serving": _serving,
+        "ceiling": _ceiling,
+        "translation": translation.markdown,
+    }
     for key, render in sections.items():
         if results.get(key):
             lines += render(results[key])

@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from benchmarks import checks, data, generation, report, run, runtime, serving, threads
+from benchmarks import checks, data, generation, report, run, runtime, serving, threads, translation
+from benchmarks.ctranslate2_baseline import read_test_sentences
 from benchmarks.onnx_variants import rope_path_nodes
 from benchmarks.profiles import REPOSITORY, SECTIONS, profile
 from benchmarks.stats import summarize
@@ -82,7 +83,7 @@ def test_smoke_run_writes_results(tmp_path, fake_data_dir):
     argv = ["--smoke", "--out", str(tmp_path), "--name", "smoke", "--data-dir", str(fake_data_dir)]
     assert run.main(argv) == 0
     results = json.loads((tmp_path / "smoke.json").read_text(encoding="utf-8"))
-    assert set(results) >= {"meta", "ceiling", "runtime", "generation", "serving", "checks"}
+    assert set(results) >= {"meta", "ceiling", "runtime", "generation", "serving", "translation", "checks"}
     assert len(results["meta"]["load_start"]) == 3 and len(results["meta"]["load_end"]) == 3
 
     for shape in results["runtime"]["shapes"]:
@@ -110,9 +111,12 @@ def test_smoke_run_writes_results(tmp_path, fake_data_dir):
     assert all(0 < f["fraction_of_ceiling"] for f in results["ceiling"]["fractions"])
     assert {c["name"].split(":")[0] for c in results["checks"]}  # the bars were evaluated
     assert all(isinstance(c["met"], bool) for c in results["checks"])
+    bars = results["translation"]["bars"]
+    assert len(bars) == 8 and all(c in results["checks"] for c in bars)  # listed with the other bars
 
     markdown = (tmp_path / "smoke.md").read_text(encoding="utf-8")
-    for heading in ("## 1. Model runtime", "## 2. Generation", "## 3–4. Serving", "## 5. Ceiling", "## Bars"):
+    headings = ("## 1. Model runtime", "## 2. Generation", "## 3–4. Serving", "## 5. Ceiling", "## 6. Translation")
+    for heading in (*headings, "## Bars"):
         assert heading in markdown
     pngs = sorted(p.name for p in tmp_path.glob("*.png"))
     assert pngs == [
@@ -157,7 +161,11 @@ def test_missing_data_is_listed_file_by_file_before_the_run(tmp_path):
 
 
 def test_the_listed_files_are_the_ones_the_readers_open(fake_data_dir, tmp_path_factory):
-    readers = {"sentiment": read_sentiment, **{task: spec.reader for task, spec in seq2seq.TASKS.items()}}
+    readers = {
+        "sentiment": read_sentiment,
+        "translate_test": read_test_sentences,
+        **{task: spec.reader for task, spec in seq2seq.TASKS.items()},
+    }
     for dataset, names in data.FILES.items():
         copy = tmp_path_factory.mktemp(dataset)
         for name in names:
@@ -179,6 +187,8 @@ def test_sections_without_data_measure_on_built_in_texts_or_say_why_not(tmp_path
     pairs, source = generation.source_pairs("summarize", prof, len(built_in["summarize"]) + 1)
     assert [p.source for p in pairs] == [*built_in["summarize"], built_in["summarize"][0]]
     assert source == data.BUILT_IN
+    sentences, source = translation.test_sentences(prof)
+    assert sentences == data.fallback_texts("translate", prof.translation_sentences) and source == data.BUILT_IN
 
 
 def test_report_without_sentiment_data_says_accuracy_was_not_measured(tmp_path):
@@ -207,3 +217,151 @@ def test_report_without_sentiment_data_says_accuracy_was_not_measured(tmp_path):
     markdown = report.markdown(results)
     assert f"not measured (no data at {tmp_path / 'sentiment'})" in markdown
     assert all(f"- data: {line}" in markdown for line in missing)
+
+
+# -- the translation section: the previous served setup as a variant repository, ratios and bars ---------------
+
+
+def _fake_translate_repository(root):
+    """A repository with the committed translate definition and configs, and stand-ins for the ONNX files."""
+    for relative in ("translate/config.pbtxt", "translate/1/translate.toml", "translate/1/model.py"):
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / relative).write_bytes((REPOSITORY / relative).read_bytes())
+    for relative in ("translate/1/encoder.onnx", "translate_generator/1/model.onnx"):
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / relative).write_bytes(b"onnx")
+    config = "translate_generator/configs/cpu.pbtxt"
+    (root / config).parent.mkdir(parents=True)
+    (root / config).write_bytes((REPOSITORY / config).read_bytes())
+    return root
+
+
+def test_translation_variant_is_the_previous_served_setup(tmp_path):
+    import tomllib
+
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    from serving.frontends.base import read_endpoint
+
+    source = _fake_translate_repository(tmp_path / "source")
+    originals = {p: p.read_bytes() for p in source.rglob("*") if p.is_file()}
+    repo = translation.build_variant(tmp_path / "out", repository=source)
+    assert {p: p.read_bytes() for p in source.rglob("*") if p.is_file()} == originals  # the source is untouched
+
+    task, endpoint = read_endpoint(repo / "translate" / "1", "translate")  # as the front model reads it
+    assert endpoint.front == translation.GENERATION_FRONT
+    assert endpoint.models["generator"] == task.explain.models["generator"]
+    before = tomllib.loads((source / "translate/1/translate.toml").read_text(encoding="utf-8"))
+    after = tomllib.loads((repo / "translate/1/translate.toml").read_text(encoding="utf-8"))
+    after["endpoint"].pop("models")
+    before["endpoint"].pop("front"), after["endpoint"].pop("front")
+    assert after == before  # nothing else changed
+
+    def config(path):
+        return text_format.Parse(path.read_text(encoding="utf-8"), model_config_pb2.ModelConfig())
+
+    old, new = config(source / "translate/config.pbtxt"), config(repo / "translate/config.pbtxt")
+    assert [(g.count, g.kind) for g in new.instance_group] == [(2, model_config_pb2.ModelInstanceGroup.KIND_CPU)]
+    del old.instance_group[:], new.instance_group[:]
+    assert new == old
+    assert (repo / "translate_generator/1/model.onnx").is_symlink()
+    assert (repo / "translate_generator/configs/cpu.pbtxt").read_bytes() == originals[
+        source / "translate_generator/configs/cpu.pbtxt"
+    ]
+
+
+def test_translation_variant_refuses_a_definition_it_cannot_rewrite():
+    text = (REPOSITORY / "translate/1/translate.toml").read_text(encoding="utf-8")
+    with pytest.raises(ValueError, match="explain.models.generator"):
+        translation.variant_definition(text.replace("[explain.models.generator]", "[explain.models.other]"))
+    with pytest.raises(ValueError, match="front"):
+        translation.variant_definition(text.replace('front = "serving.frontends.continuous', 'x = "'))
+
+
+def _translation_section():
+    def offline(runtime, beams, threads, rate):
+        return {
+            "runtime": runtime,
+            "beams": beams,
+            "threads": threads,
+            "sentences": 32,
+            "tokens": 320,
+            "sentences_per_s": summarize([rate]),
+            "tokens_per_s": summarize([rate * 10]),
+        }
+
+    def cell(throughput, p99):
+        return {
+            "throughput": summarize([throughput]),
+            "p50_ms": summarize([p99 / 2]),
+            "p99_ms": summarize([p99]),
+            "requests": summarize([throughput]),
+            "errors": summarize([0.0]),
+        }
+
+    def point(clients, beams, engine, today):
+        return {"clients": clients, "beams": beams, "servers": {"engine": engine, "generation_front": today}}
+
+    def stream(beams, ttft, full):
+        times = {"ttft_p50_ms": ttft, "p50_ms": full, "ttft_p99_ms": 3 * ttft, "p99_ms": 3 * full}
+        return {"clients": 16, "beams": beams, **{key: summarize([value]) for key, value in times.items()}}
+
+    rates = {1: {1: 100.0, 2: 120.0}, 4: {1: 40.0, 2: 30.0}}  # CTranslate2 fp32: best at 2 threads, then 1
+    section = {
+        "sentences": 32,
+        "texts_source": "test",
+        "batch": 32,
+        "max_new_tokens": 48,
+        "clients": [16, 32],
+        "window_s": 1.0,
+        "warmup_s": 0.5,
+        "cpu": {"flags": ["avx2"], "onnxruntime": "1"},
+        "offline": [
+            offline(runtime, beams, threads, rates[beams][threads] if runtime == translation.CT2_FP32 else 50.0)
+            for beams in translation.BEAMS
+            for threads in (1, 2)
+            for runtime in translation.RUNTIMES
+        ],
+        "served": [
+            point(16, 1, cell(130.0, 100.0), cell(60.0, 150.0)),
+            point(32, 1, cell(150.0, 200.0), cell(50.0, 400.0)),
+            point(16, 4, cell(30.0, 300.0), cell(20.0, 250.0)),
+            point(32, 4, cell(36.0, 500.0), cell(24.0, 600.0)),
+        ],
+        "streaming": [stream(1, 10.0, 100.0), stream(4, 90.0, 100.0)],
+    }
+    section["ratios"] = translation.ratios(section)
+    section["bars"] = translation.bars(section)
+    return section
+
+
+def test_translation_ratios_take_the_best_baseline_and_the_right_points():
+    greedy, beam4 = _translation_section()["ratios"]
+    assert greedy["ctranslate2_fp32_threads"] == 2 and beam4["ctranslate2_fp32_threads"] == 1
+    assert greedy["served_vs_ctranslate2"] == pytest.approx(150 / 120)  # served at the most clients
+    assert beam4["served_vs_ctranslate2"] == pytest.approx(36 / 40)
+    assert greedy["served_vs_today"] == pytest.approx(3.0) and beam4["served_vs_today"] == pytest.approx(1.5)
+    assert greedy["p99_clients"] == 16 and greedy["p99_engine_vs_today"] == pytest.approx(100 / 150)
+    assert beam4["p99_engine_vs_today"] == pytest.approx(300 / 250)
+    assert greedy["ttft_vs_full"] == pytest.approx(0.1) and beam4["ttft_vs_full"] == pytest.approx(0.9)
+
+
+def test_translation_bars_say_met_or_missed_with_the_numbers():
+    section = _translation_section()
+    met = {c["name"]: c["met"] for c in section["bars"]}
+    assert met == {
+        "translate served ≥ 1.0× CTranslate2 offline (greedy)": True,
+        "translate served ≥ 2× today's served translate (greedy)": True,
+        "translate p99 at 16 clients not worse, engine ÷ today (greedy)": True,
+        "streaming TTFT ≤ 20% of full latency at 16 clients (greedy)": True,
+        "translate served ≥ 1.0× CTranslate2 offline (beam 4)": False,
+        "translate served ≥ 2× today's served translate (beam 4)": False,
+        "translate p99 at 16 clients not worse, engine ÷ today (beam 4)": False,
+        "streaming TTFT ≤ 20% of full latency at 16 clients (beam 4)": False,
+    }
+    markdown = "\n".join(translation.markdown(section))
+    assert "- served ≥ 1.0× CTranslate2 offline (greedy): met, 1.25×" in markdown
+    assert "- ≥ 2× today's served translate (beam 4): **missed**, 1.50×" in markdown
+    assert "- p99 at 16 clients not worse (beam 4): **missed**, engine 300 ms vs today 250 ms" in markdown
+    assert "- streaming TTFT ≤ 20% of full latency at 16 clients (greedy): met" in markdown

@@ -1,0 +1,695 @@
+"""Comparison 6, translation: the continuous-batching engine against CTranslate2 and today's served translate.
+
+Everything in one run on one machine, so the ratios compare like with like:
+
+1. offline, Tatoeba test sentences in file order, batch 32, the served token budget, greedy and beam 4, at 1 and 2
+   intra-op threads: CTranslate2 fp32 and int8 (the checkpoint converted once into the work folder), the ONNX
+   BeamSearch generator, and the engine (every sentence submitted at once, max_rows = 32 × beams, so it never
+   decodes more sources at once than a batch holds). Each: one warm-up pass, then the median of the timed passes
+   (benchmarks/ctranslate2_baseline.py's protocol);
+2. served, closed loop: the real Triton on model_repository as built (`translate` on the engine) and on a copy
+   whose `translate` is the previous setup (the BLS front calling the BeamSearch generator, two front instances);
+   16 and 32 gRPC client threads, one test sentence per request, a fixed window after a warm-up; the two servers
+   run side by side but only one is loaded at a time (repetitions interleaved);
+3. streaming: `translate_stream` on the engine at 16 clients: time to the first non-empty piece and to the final
+   response of every request;
+4. the ratios and bars (:func:`bars`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import queue
+import re
+import shutil
+import statistics
+import threading
+import time
+import tomllib
+from collections.abc import Callable, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from benchmarks import data
+from benchmarks.checks import check
+from benchmarks.profiles import REPOSITORY, Profile
+from benchmarks.stats import interleaved, percentile, summarize, summarize_runs
+
+DATASET = "translate_test"  # the key of benchmarks.data.FILES for the test file
+TASK = "translate"
+STREAM_MODEL = "translate_stream"
+GENERATOR_MODEL = "translate_generator"
+OUTPUT = "TRANSLATION"
+GENERATION_FRONT = "serving.frontends.generation:GenerationFront"
+TODAY_INSTANCES = 2  # the previous served setup ran two front instances
+BATCH = 32
+BEAMS = (1, 4)
+CT2_FP32, CT2_INT8, BEAMSEARCH_OP, ENGINE = "ctranslate2_fp32", "ctranslate2_int8", "onnx_beamsearch", "engine"
+RUNTIMES = (CT2_FP32, CT2_INT8, BEAMSEARCH_OP, ENGINE)
+ENGINE_SERVER, TODAY_SERVER = "engine", "generation_front"  # served: model_repository as built; the variant
+SERVERS = (ENGINE_SERVER, TODAY_SERVER)
+REQUEST_TIMEOUT_S = 120.0
+# Bars: served engine vs CTranslate2 offline, vs today's served translate, p99 not worse, TTFT share.
+BAR_VS_CT2, BAR_VS_TODAY, BAR_P99, BAR_TTFT = 1.0, 2.0, 1.0, 0.2
+CPU_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_int8")
+
+
+def beam_label(beams: int) -> str:
+    return "greedy" if beams == 1 else f"beam {beams}"
+
+
+# -- inputs ---------------------------------------------------------------------------------------------------
+
+
+def test_sentences(profile: Profile) -> tuple[list[str], str]:
+    """The first ``translation_sentences`` Tatoeba test sentences (Chinese side, file order), and their source;
+    without the file, the load test's built-in sentences cycled to that count."""
+    from benchmarks.ctranslate2_baseline import read_test_sentences
+
+    count = profile.translation_sentences
+    if data.available(profile.data_dir, DATASET):
+        return read_test_sentences(profile.data_dir)[:count], "Tatoeba test split"
+    return data.fallback_texts(TASK, count), data.BUILT_IN
+
+
+def max_new_tokens(profile: Profile) -> int:
+    from benchmarks.ctranslate2_baseline import served_max_new_tokens
+
+    return profile.translation_new_tokens or served_max_new_tokens()
+
+
+def cpu_info() -> dict[str, Any]:
+    """What decides which kernels CTranslate2 and ONNX Runtime pick: the ISA flags and the runtimes' versions."""
+    import onnxruntime
+
+    flags: set[str] = set()
+    with contextlib.suppress(OSError):
+        line = next((x for x in open("/proc/cpuinfo", encoding="utf-8") if x.startswith("flags")), "")
+        flags = set(line.partition(":")[2].split())
+    info: dict[str, Any] = {"flags": [f for f in CPU_FLAGS if f in flags], "onnxruntime": onnxruntime.__version__}
+    with contextlib.suppress(ImportError):
+        import ctranslate2
+
+        info["ctranslate2"] = ctranslate2.__version__
+        info["ctranslate2_cpu_compute_types"] = sorted(ctranslate2.get_supported_compute_types("cpu"))
+    return info
+
+
+# -- offline --------------------------------------------------------------------------------------------------
+
+
+def load_engine(threads: int, max_rows: int, folder: Path | None = None) -> tuple[Any, Any]:
+    """The engine as the `translate` front model builds it from its version folder (step graphs, config.json),
+    and that folder's source tokenizer."""
+    from serving.engine.engine import Engine, Shapes
+    from serving.engine.search import Decoding
+    from serving.frontends.base import BatchTokenizer
+
+    folder = Path(folder) if folder else REPOSITORY / TASK / "1"
+    cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    model = cfg["model"]
+    layers = model["n_decoder_layers"]
+    shapes = Shapes(
+        layers, layers + int(model.get("copy", False)), model["n_heads"], model["d_model"] // model["n_heads"]
+    )
+    decoding = Decoding(
+        model["bos_id"], model["eos_id"], cfg.get("length_penalty", 1.0), cfg.get("no_repeat_ngram_size", 0)
+    )
+    engine = Engine(folder / "encoder.onnx", folder / "decoder.onnx", shapes, decoding, threads, max_rows)
+    return engine, BatchTokenizer.from_file(folder / "tokenizer.json", cfg["max_tokens"])
+
+
+def time_engine(
+    sentences: Sequence[str], threads: int, beam_size: int, max_new: int, repeats: int, batch_size: int = BATCH
+) -> dict[str, Any]:
+    """The engine offline under the CTranslate2 baseline's protocol: every sentence submitted at once,
+    ``run_until_idle`` in this thread, at most batch_size sources decoding together (max_rows = batch × beams)."""
+    from benchmarks.ctranslate2_baseline import median_throughput
+    from export.tokenizer import EOS_ID
+    from serving.engine.engine import Job
+
+    engine, tokenizer = load_engine(threads, batch_size * beam_size)
+    encoded = tokenizer.encode(list(sentences), suffix=[EOS_ID])  # tokenized beforehand, as for the others
+    sources = [encoded.ids[row, : encoded.lengths[row]].tolist() for row in range(len(sentences))]
+
+    def run_all(_: Any) -> list[list[int]]:
+        outputs: list[list[int]] = [[] for _ in sources]
+
+        def collect(row: int) -> Callable[[list[int], bool], None]:
+            return lambda tokens, final: outputs[row].extend(tokens)
+
+        for row, source in enumerate(sources):
+            engine.submit(Job(source, max_new, beam_size, collect(row)))
+        engine.run_until_idle()
+        engine.stats.queue_seconds.clear()  # only the front model reads these; keep them from piling up
+        return outputs
+
+    rates = median_throughput(run_all, [None], repeats)
+    return {"threads": threads, "beam_size": beam_size, "batch_size": batch_size, **rates}
+
+
+def _offline_row(runtime: str, raw: dict[str, Any]) -> dict[str, Any]:
+    """A timing of ctranslate2_baseline's shape → a row with the spread of its passes."""
+    passes = [s for s in raw["seconds_all"] if s > 0] or [raw["seconds_median"]]
+    return {
+        "runtime": runtime,
+        "threads": raw["threads"],
+        "beams": raw["beam_size"],
+        "sentences": raw["sentences"],
+        "tokens": raw["tokens"],
+        "sentences_per_s": summarize([raw["sentences"] / s for s in passes]),
+        "tokens_per_s": summarize([raw["tokens"] / s for s in passes]),
+    }
+
+
+def offline(profile: Profile, sentences: list[str], workdir: Path) -> list[dict[str, Any]]:
+    from benchmarks import ctranslate2_baseline as ct2
+
+    models = {
+        CT2_FP32: ct2.convert(ct2.CHECKPOINT, workdir / "ctranslate2" / "float32"),
+        CT2_INT8: ct2.convert(ct2.CHECKPOINT, workdir / "ctranslate2" / "int8", "int8"),
+    }
+    new_tokens, repeats = max_new_tokens(profile), profile.repetitions
+
+    def timing(runtime: str, threads: int, beams: int) -> dict[str, Any]:
+        if runtime in models:
+            return ct2.time_translate_batch(models[runtime], sentences, threads, beams, new_tokens, repeats, BATCH)
+        if runtime == BEAMSEARCH_OP:
+            return ct2.time_onnx_generator(sentences, threads, beams, new_tokens, repeats, BATCH)
+        return time_engine(sentences, threads, beams, new_tokens, repeats, BATCH)
+
+    rows = []
+    for beams in BEAMS:
+        for threads in profile.translation_threads:
+            for runtime in RUNTIMES:
+                rows.append(_offline_row(runtime, timing(runtime, threads, beams)))
+    return rows
+
+
+# -- today's served translate: a variant repository ----------------------------------------------------------
+
+
+def _toml_value(value: Any) -> str:
+    """A TOML literal for what tomllib reads from a task definition (strings, numbers, lists, inline tables);
+    JSON's string escapes are TOML's too."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    raise TypeError(f"no TOML literal for {type(value).__name__}")
+
+
+def variant_definition(text: str) -> str:
+    """The task definition with `translate` on the BLS front of the previous setup: [endpoint] front replaced, and
+    an [endpoint.models.generator] table equal to [explain.models.generator] appended; nothing else changes
+    (checked by parsing the result)."""
+    before = tomllib.loads(text)
+    generator = before.get("explain", {}).get("models", {}).get("generator")
+    if generator is None:
+        raise ValueError("the definition has no [explain.models.generator] to copy")
+    if "models" in before.get("endpoint", {}):
+        raise ValueError("the definition's [endpoint] already names models; not rewriting it")
+    lines = text.splitlines(keepends=True)
+    header = re.compile(r"^\s*\[")
+    start = next((i for i, line in enumerate(lines) if line.strip() == "[endpoint]"), None)
+    if start is None:
+        raise ValueError("the definition has no [endpoint] table")
+    replaced = False
+    for i in range(start + 1, len(lines)):
+        if header.match(lines[i]):
+            break
+        if re.match(r"^\s*front\s*=", lines[i]):
+            lines[i] = f"front = {_toml_value(GENERATION_FRONT)}\n"
+            replaced = True
+            break
+    if not replaced:
+        raise ValueError("[endpoint] has no front = … line")
+    table = "".join(f"{key} = {_toml_value(value)}\n" for key, value in generator.items())
+    out = "".join(lines).rstrip("\n") + "\n\n[endpoint.models.generator]  # the previous setup\n" + table
+    after = tomllib.loads(out)
+    expected = json.loads(json.dumps(before))
+    expected["endpoint"]["front"] = GENERATION_FRONT
+    expected["endpoint"]["models"] = {"generator": generator}
+    if after != expected:
+        raise ValueError("rewriting the definition changed more than [endpoint] front and models")
+    return out
+
+
+def variant_config(text: str, instances: int = TODAY_INSTANCES) -> str:
+    """The front model's config.pbtxt with ``instances`` CPU instances; everything else kept."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    config = text_format.Parse(text, model_config_pb2.ModelConfig())
+    del config.instance_group[:]
+    config.instance_group.add(count=instances, kind=model_config_pb2.ModelInstanceGroup.KIND_CPU)
+    return text_format.MessageToString(config)
+
+
+def build_variant(root: Path, repository: Path = REPOSITORY) -> Path:
+    """A repository under ``root`` holding `translate` as the previous setup served it and its generator: text
+    files copied (the definition and the front's config rewritten), ONNX files symlinked. Returns it."""
+    repo = Path(root) / "translate_generation_front"
+    if repo.exists():
+        shutil.rmtree(repo)
+    for model in (TASK, GENERATOR_MODEL):
+        for source in sorted((Path(repository) / model).rglob("*")):
+            if "__pycache__" in source.parts or source.is_dir():
+                continue
+            relative = source.relative_to(Path(repository) / model)
+            target = repo / model / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if model == TASK and relative == Path("config.pbtxt"):
+                target.write_text(variant_config(source.read_text(encoding="utf-8")), encoding="utf-8")
+            elif model == TASK and source.suffix == ".toml":
+                target.write_text(variant_definition(source.read_text(encoding="utf-8")), encoding="utf-8")
+            elif source.suffix == ".onnx":
+                target.symlink_to(source.resolve())
+            else:
+                shutil.copyfile(source, target)
+    return repo
+
+
+# -- served ---------------------------------------------------------------------------------------------------
+
+
+def _inputs(text: str, beams: int, new_tokens: int) -> list[Any]:
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    tensors = []
+    for name, array in (
+        ("TEXT", np.array([[text.encode("utf-8")]], dtype=np.object_)),
+        ("NUM_BEAMS", np.array([[beams]], dtype=np.int32)),
+        ("MAX_NEW_TOKENS", np.array([[new_tokens]], dtype=np.int32)),
+    ):
+        tensor = grpcclient.InferInput(name, list(array.shape), "BYTES" if array.dtype == np.object_ else "INT32")
+        tensor.set_data_from_numpy(array)
+        tensors.append(tensor)
+    return tensors
+
+
+class _Stream:
+    """One client's gRPC stream, reused request after request; responses are matched by request id."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.answers: queue.Queue[tuple[float, Any, Any]] = queue.Queue()
+        self.open()
+
+    def open(self) -> None:
+        self.answers = queue.Queue()
+        answers = self.answers
+        self.client.start_stream(callback=lambda result, error: answers.put((time.perf_counter(), result, error)))
+
+    def reopen(self) -> None:
+        self.client.stop_stream(cancel_requests=True)
+        self.open()
+
+    def request(self, model: str, inputs: list[Any], request_id: str, timeout_s: float) -> tuple[float, float]:
+        """(time of the first response with a non-empty piece, time of the final response); a request whose
+        pieces are all empty gets the final response's time for both."""
+        self.client.async_stream_infer(model, inputs, request_id=request_id, enable_empty_final_response=True)
+        first = None
+        deadline = time.perf_counter() + timeout_s
+        while True:
+            at, result, error = self.answers.get(timeout=max(0.0, deadline - time.perf_counter()))
+            if error is not None:
+                raise error
+            response = result.get_response()
+            if response.id != request_id:
+                continue  # a late answer to an abandoned request
+            piece = result.as_numpy(OUTPUT)
+            if first is None and piece is not None and piece.size and piece.reshape(-1)[0]:
+                first = at
+            if response.parameters["triton_final_response"].bool_param:
+                return (first if first is not None else at), at
+
+
+def closed_loop(
+    url: str,
+    model: str,
+    texts: Sequence[str],
+    clients: int,
+    beams: int,
+    new_tokens: int,
+    seconds: float,
+    warmup_s: float,
+    stream: bool = False,
+) -> dict[str, float]:
+    """``clients`` threads, each with its own tritonclient gRPC client, sending one text per request and the next
+    as soon as the answer is in, for ``warmup_s`` + ``seconds``; requests sent during the warm-up are not counted.
+    Throughput = counted requests / seconds; latencies from send to the (final) response, and with ``stream``
+    the time to the first non-empty piece."""
+    import tritonclient.grpc as grpcclient
+
+    records: list[tuple[float, float]] = []  # (full latency, time to first piece)
+    cycle = itertools.cycle(texts)  # shared: the texts go out in file order whatever the client count
+    errors = 0
+    lock = threading.Lock()
+    clock: dict[str, float] = {}
+
+    def set_clock() -> None:  # when every client is connected: the window starts for all at once
+        clock["measure_from"] = time.perf_counter() + warmup_s
+        clock["stop_at"] = clock["measure_from"] + seconds
+
+    gate = threading.Barrier(clients, action=set_clock)
+
+    def worker(index: int) -> None:
+        nonlocal errors
+        client = grpcclient.InferenceServerClient(url)
+        requests = itertools.count()
+        outputs = [grpcclient.InferRequestedOutput(OUTPUT)]
+        mine: list[tuple[float, float]] = []
+        failed = 0
+        try:
+            try:
+                channel = _Stream(client) if stream else None
+                gate.wait(timeout=REQUEST_TIMEOUT_S)
+            except BaseException:
+                gate.abort()  # the other clients stop waiting for this one
+                raise
+            while (sent := time.perf_counter()) < clock["stop_at"]:
+                with lock:
+                    text = next(cycle)
+                inputs = _inputs(text, beams, new_tokens)
+                try:
+                    if channel is not None:
+                        first, done = channel.request(model, inputs, f"{index}-{next(requests)}", REQUEST_TIMEOUT_S)
+                    else:
+                        client.infer(model, inputs, outputs=outputs, client_timeout=REQUEST_TIMEOUT_S)
+                        first = done = time.perf_counter()
+                except Exception:  # noqa: BLE001 - counted and reported: a benchmark must not die on one failure
+                    failed += 1
+                    if channel is not None:
+                        with contextlib.suppress(Exception):
+                            channel.reopen()
+                    time.sleep(0.01)  # no busy loop against a server that refuses everything
+                    continue
+                if sent >= clock["measure_from"]:
+                    mine.append((done - sent, first - sent))
+        finally:
+            with contextlib.suppress(Exception):
+                if stream:
+                    client.stop_stream(cancel_requests=True)
+                client.close()
+            with lock:
+                records.extend(mine)
+                errors += failed
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if not records:
+        raise RuntimeError(
+            f"no request to {model} was both sent in the {seconds:g} s window and answered, with {clients} clients "
+            f"({errors} errors); a window shorter than one answer's latency counts nothing"
+        )
+    full = [r[0] for r in records]
+    out = {
+        "throughput": len(records) / seconds,
+        "p50_ms": percentile(full, 50) * 1e3,
+        "p99_ms": percentile(full, 99) * 1e3,
+        "requests": len(records),
+        "errors": errors,
+    }
+    if stream:
+        ttft = [r[1] for r in records]
+        out |= {
+            "ttft_p50_ms": percentile(ttft, 50) * 1e3,
+            "ttft_p99_ms": percentile(ttft, 99) * 1e3,
+            "ttft_share_median": statistics.median(t / f for f, t in records if f > 0),
+        }
+    return out
+
+
+def _server(stack: contextlib.ExitStack, repository: Path, models: list[str]) -> Any:
+    from serving.embedded import EmbeddedTriton, ServerOptions, free_ports
+
+    http, grpc, metrics = free_ports(3)
+    options = ServerOptions(
+        model_repository=repository, http_port=http, grpc_port=grpc, metrics_port=metrics, models=models
+    )
+    return stack.enter_context(EmbeddedTriton(options))
+
+
+def served(profile: Profile, sentences: list[str], workdir: Path) -> tuple[list[dict], list[dict]]:
+    """The closed-loop points (clients × beams, both servers interleaved) and the streaming points."""
+    new_tokens, window, warmup = max_new_tokens(profile), profile.translation_seconds, profile.translation_warmup_s
+    with contextlib.ExitStack() as stack:
+        servers = {
+            ENGINE_SERVER: _server(stack, REPOSITORY, [TASK, STREAM_MODEL]),
+            TODAY_SERVER: _server(stack, build_variant(workdir / "repositories"), [TASK, GENERATOR_MODEL]),
+        }
+        # First requests load tokenizers, ORT arenas and the generator's subgraphs: not part of any window.
+        for server in servers.values():
+            for beams in BEAMS:
+                closed_loop(server.grpc_url, TASK, sentences, 2, beams, new_tokens, max(0.5, warmup), 0.0)
+        points = []
+        for clients in profile.translation_clients:
+            for beams in BEAMS:
+                calls = {
+                    name: partial(
+                        closed_loop, server.grpc_url, TASK, sentences, clients, beams, new_tokens, window, warmup
+                    )
+                    for name, server in servers.items()
+                }
+                runs = interleaved(calls, profile.repetitions, desc=f"translate c{clients} {beam_label(beams)}")
+                points.append(
+                    {
+                        "clients": clients,
+                        "beams": beams,
+                        "servers": {name: summarize_runs(r) for name, r in runs.items()},
+                    }
+                )
+        streaming = []
+        engine_url = servers[ENGINE_SERVER].grpc_url
+        clients = profile.translation_stream_clients
+        for beams in BEAMS:
+            closed_loop(engine_url, STREAM_MODEL, sentences, 2, beams, new_tokens, max(0.5, warmup), 0.0, True)
+            runs = [
+                closed_loop(engine_url, STREAM_MODEL, sentences, clients, beams, new_tokens, window, warmup, True)
+                for _ in range(profile.repetitions)
+            ]
+            streaming.append({"clients": clients, "beams": beams, **summarize_runs(runs)})
+    return points, streaming
+
+
+# -- ratios and bars ------------------------------------------------------------------------------------------
+
+
+def _best_offline(section: dict[str, Any], runtime: str, beams: int) -> tuple[float, int]:
+    """(median sentences/s, threads) of a runtime at its better thread count."""
+    rows = [r for r in section["offline"] if r["runtime"] == runtime and r["beams"] == beams]
+    best = max(rows, key=lambda r: r["sentences_per_s"]["median"])
+    return best["sentences_per_s"]["median"], best["threads"]
+
+
+def _point(section: dict[str, Any], clients: int, beams: int) -> dict[str, Any]:
+    return next(p for p in section["served"] if p["clients"] == clients and p["beams"] == beams)
+
+
+def ratios(section: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per beam setting: served engine sentences/s (at the most clients) ÷ CTranslate2 fp32 offline (its better
+    thread count) and ÷ today's served translate; p99 engine ÷ today's at the fewest clients; streaming median
+    time to first piece ÷ median time to the final response."""
+    out = []
+    top, fewest = max(section["clients"]), min(section["clients"])
+    for beams in BEAMS:
+        ct2, ct2_threads = _best_offline(section, CT2_FP32, beams)
+        at_top, at_fewest = _point(section, top, beams)["servers"], _point(section, fewest, beams)["servers"]
+        engine, today = at_top[ENGINE_SERVER]["throughput"]["median"], at_top[TODAY_SERVER]["throughput"]["median"]
+        p99_engine = at_fewest[ENGINE_SERVER]["p99_ms"]["median"]
+        p99_today = at_fewest[TODAY_SERVER]["p99_ms"]["median"]
+        row: dict[str, Any] = {
+            "beams": beams,
+            "clients": top,
+            "engine_served_sentences_per_s": engine,
+            "today_served_sentences_per_s": today,
+            "ctranslate2_fp32_offline_sentences_per_s": ct2,
+            "ctranslate2_fp32_threads": ct2_threads,
+            "served_vs_ctranslate2": engine / ct2,
+            "served_vs_today": engine / today,
+            "p99_clients": fewest,
+            "p99_engine_ms": p99_engine,
+            "p99_today_ms": p99_today,
+            "p99_engine_vs_today": p99_engine / p99_today,
+        }
+        stream = next((s for s in section.get("streaming", []) if s["beams"] == beams), None)
+        if stream is not None:
+            ttft, full = stream["ttft_p50_ms"]["median"], stream["p50_ms"]["median"]
+            row |= {"stream_clients": stream["clients"], "ttft_ms": ttft, "full_ms": full, "ttft_vs_full": ttft / full}
+        out.append(row)
+    return out
+
+
+def bars(section: dict[str, Any]) -> list[dict[str, Any]]:
+    """The four bars per beam setting, as benchmarks.checks entries (name, value, bar, met)."""
+    out = []
+    for r in section["ratios"]:
+        label = beam_label(r["beams"])
+        out += [
+            check(f"translate served ≥ 1.0× CTranslate2 offline ({label})", r["served_vs_ctranslate2"], BAR_VS_CT2),
+            check(f"translate served ≥ 2× today's served translate ({label})", r["served_vs_today"], BAR_VS_TODAY),
+            check(
+                f"translate p99 at {r['p99_clients']} clients not worse, engine ÷ today ({label})",
+                r["p99_engine_vs_today"],
+                BAR_P99,
+                higher_is_better=False,
+            ),
+        ]
+        if "ttft_vs_full" in r:
+            out.append(
+                check(
+                    f"streaming TTFT ≤ 20% of full latency at {r['stream_clients']} clients ({label})",
+                    r["ttft_vs_full"],
+                    BAR_TTFT,
+                    higher_is_better=False,
+                )
+            )
+    return out
+
+
+# -- the report -----------------------------------------------------------------------------------------------
+
+
+def _cell(summary: dict[str, Any], digits: int = 1) -> str:
+    fmt = f"{{:.{digits}f}}"
+    if summary["n"] == 1:
+        return fmt.format(summary["median"])
+    return f"{fmt.format(summary['median'])} [{fmt.format(summary['min'])}–{fmt.format(summary['max'])}]"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def _bar_lines(section: dict[str, Any]) -> list[str]:
+    lines = []
+    for r in section["ratios"]:
+        label = beam_label(r["beams"])
+
+        def mark(met: bool) -> str:
+            return "met" if met else "**missed**"
+
+        lines += [
+            f"- served ≥ 1.0× CTranslate2 offline ({label}): {mark(r['served_vs_ctranslate2'] >= BAR_VS_CT2)}, "
+            f"{r['served_vs_ctranslate2']:.2f}× (engine served {r['engine_served_sentences_per_s']:.1f} sentences/s at "
+            f"{r['clients']} clients ÷ CTranslate2 fp32 {r['ctranslate2_fp32_offline_sentences_per_s']:.1f} at "
+            f"{r['ctranslate2_fp32_threads']} thread(s))",
+            f"- ≥ 2× today's served translate ({label}): {mark(r['served_vs_today'] >= BAR_VS_TODAY)}, "
+            f"{r['served_vs_today']:.2f}× ({r['engine_served_sentences_per_s']:.1f} ÷ "
+            f"{r['today_served_sentences_per_s']:.1f} sentences/s at {r['clients']} clients)",
+            f"- p99 at {r['p99_clients']} clients not worse ({label}): "
+            f"{mark(r['p99_engine_vs_today'] <= BAR_P99)}, engine {r['p99_engine_ms']:.0f} ms vs today "
+            f"{r['p99_today_ms']:.0f} ms ({r['p99_engine_vs_today']:.2f}×)",
+        ]
+        if "ttft_vs_full" in r:
+            lines.append(
+                f"- streaming TTFT ≤ 20% of full latency at {r['stream_clients']} clients ({label}): "
+                f"{mark(r['ttft_vs_full'] <= BAR_TTFT)}, median TTFT {r['ttft_ms']:.0f} ms ÷ median full "
+                f"{r['full_ms']:.0f} ms = {r['ttft_vs_full'] * 100:.0f}%"
+            )
+    return lines
+
+
+def markdown(section: dict[str, Any]) -> list[str]:
+    cpu = section["cpu"]
+    threads = sorted({r["threads"] for r in section["offline"]})
+    rows = []
+    for beams in BEAMS:
+        for runtime in RUNTIMES:
+            cells = []
+            for t in threads:
+                row = next(
+                    r for r in section["offline"] if (r["runtime"], r["beams"], r["threads"]) == (runtime, beams, t)
+                )
+                cells.append(f"{_cell(row['sentences_per_s'])} ({row['tokens_per_s']['median']:.0f})")
+            rows.append([beam_label(beams), runtime, *cells])
+    served_rows = []
+    for p in section["served"]:
+        cells = [
+            f"{_cell(p['servers'][n]['throughput'])} ({p['servers'][n]['p50_ms']['median']:.0f}/"
+            f"{p['servers'][n]['p99_ms']['median']:.0f})"
+            for n in SERVERS
+        ]
+        ratio = p["servers"][ENGINE_SERVER]["throughput"]["median"] / p["servers"][TODAY_SERVER]["throughput"]["median"]
+        errors = sum(p["servers"][n]["errors"]["median"] for n in SERVERS)
+        served_rows.append([str(p["clients"]), beam_label(p["beams"]), *cells, f"{ratio:.2f}×", f"{errors:.0f}"])
+    stream_rows = [
+        [
+            str(s["clients"]),
+            beam_label(s["beams"]),
+            _cell(s["ttft_p50_ms"], 0),
+            _cell(s["p50_ms"], 0),
+            f"{s['ttft_p50_ms']['median'] / s['p50_ms']['median'] * 100:.0f}%",
+            f"{s['ttft_p99_ms']['median']:.0f} / {s['p99_ms']['median']:.0f}",
+        ]
+        for s in section["streaming"]
+    ]
+    source = section["texts_source"]
+    return [
+        "## 6. Translation: the continuous-batching engine vs CTranslate2 and today's served translate",
+        "",
+        f"{section['sentences']} sentences ({source}, file order), batch {section['batch']}, at most "
+        f"{section['max_new_tokens']} new tokens. CPU flags: {', '.join(cpu['flags']) or 'none found'}; "
+        f"CTranslate2 {cpu.get('ctranslate2', '?')} (CPU compute types "
+        f"{', '.join(cpu.get('ctranslate2_cpu_compute_types', [])) or '?'}), onnxruntime {cpu['onnxruntime']}.",
+        "",
+        "**Offline**: sentences/s (generated tokens/s), one warm-up pass then median [min–max] of the timed passes; "
+        "the engine gets every sentence at once with max_rows = 32 × beams.",
+        "",
+        *_table(["search", "runtime", *(f"{t} thread(s)" for t in threads)], rows),
+        "",
+        f"**Served, closed loop** over gRPC, one sentence per request, {section['window_s']:g} s window after "
+        f"{section['warmup_s']:g} s warm-up: sentences/s (p50/p99 ms). `{ENGINE_SERVER}`: model_repository as "
+        f"built; `{TODAY_SERVER}`: `translate` on {GENERATION_FRONT.split(':')[1]} calling {GENERATOR_MODEL} "
+        f"by BLS, {TODAY_INSTANCES} front instances (the previous setup).",
+        "",
+        *_table(["clients", "search", *SERVERS, "engine ÷ today", "errors"], served_rows),
+        "",
+        f"**Streaming** (`{STREAM_MODEL}`): time to the first non-empty piece and to the final response, ms.",
+        "",
+        *_table(["clients", "search", "median TTFT", "median full", "TTFT ÷ full", "p99 TTFT / full"], stream_rows),
+        "",
+        "**Bars**",
+        "",
+        *_bar_lines(section),
+        "",
+    ]
+
+
+# -- the section ----------------------------------------------------------------------------------------------
+
+
+def measure(profile: Profile, workdir: Path) -> dict[str, Any]:
+    sentences, source = test_sentences(profile)
+    section: dict[str, Any] = {
+        "sentences": len(sentences),
+        "texts_source": source,
+        "batch": BATCH,
+        "max_new_tokens": max_new_tokens(profile),
+        "beams": list(BEAMS),
+        "threads": list(profile.translation_threads),
+        "clients": list(profile.translation_clients),
+        "window_s": profile.translation_seconds,
+        "warmup_s": profile.translation_warmup_s,
+        "cpu": cpu_info(),
+    }
+    section["offline"] = offline(profile, sentences, workdir)
+    section["served"], section["streaming"] = served(profile, sentences, workdir)
+    section["ratios"] = ratios(section)
+    section["bars"] = bars(section)
+    return section
