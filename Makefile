@@ -117,3 +117,7 @@ BENCH_ARGS ?=
 
 bench: repository $(PERF_ANALYZER)/.installed  ## every layer vs its baseline → benchmarks/results (BENCH_ARGS=--quick: < 5 min)
 	$(PY) -m benchmarks --data-dir "$(DATA_DIR)" $(BENCH_ARGS)
+
+.PHONY: soak
+soak: repository  ## a few minutes of steady mixed load: memory and p99 drift → benchmarks/results/soak.json
+	$(PY) -m benchmarks.soak --data-dir "$(DATA_DIR)"
