@@ -12,9 +12,8 @@ from torch import nn
 
 from export.onnx_export import export_encoder_classifier
 from export.providers import inference_session
+from export.step_export import rope_path_nodes  # shared with the engine's int8 step graphs
 from serving.ort_backend.session_config import OrtSettings, available_cpus, session_options
-
-ROPE_TABLE_MARK = "rope_"  # initializer names of the precomputed cos/sin tables (encoder.rope_cos/rope_sin)
 
 
 def session(path: Path, threads: int | None = None) -> ort.InferenceSession:
@@ -27,24 +26,6 @@ def session(path: Path, threads: int | None = None) -> ort.InferenceSession:
 def export_decomposed(model: nn.Module, out_path: Path) -> Path:
     """The same model exported with plain MatMul/Softmax attention: the baseline of the fused operators."""
     return export_encoder_classifier(model, out_path, attention="sdpa")
-
-
-def rope_path_nodes(model: onnx.ModelProto) -> list[str]:
-    """Nodes on the RoPE path: those reading the cos/sin tables, and every node computing their other inputs
-    (positions). Quantizing any of them would round the rotation angles, which ruins long positions."""
-    producers = {out: node for node in model.graph.node for out in node.output}
-    tables = {init.name for init in model.graph.initializer if ROPE_TABLE_MARK in init.name}
-    readers = [node for node in model.graph.node if tables.intersection(node.input)]
-    names: set[str] = set()
-    stack = [name for node in readers for name in node.input[1:] if name not in tables]
-    names.update(node.name for node in readers)
-    while stack:
-        node = producers.get(stack.pop())
-        if node is None or node.name in names:
-            continue
-        names.add(node.name)
-        stack.extend(node.input)
-    return sorted(names)
 
 
 def quantize_int8(src: Path, dst: Path) -> list[str]:

@@ -61,12 +61,13 @@ def seq2seq_generator(task: Task, checkpoint: Path, destination: Path) -> Path:
 
 
 def step_graphs(task: Task, checkpoint: Path, folder: Path) -> list[Path]:
-    """The continuous-batching engine's encoder.onnx and decoder.onnx (export/step_export.py)."""
+    """The continuous-batching engine's encoder.onnx and decoder.onnx, and their int8 twins that the front model
+    runs with precision = "int8" (export/step_export.py)."""
     from export import seq2seq
-    from export.step_export import export_step_graphs
+    from export.step_export import export_step_graphs, quantize_step_graphs
 
     model, _, _, _ = seq2seq.load(checkpoint)
-    return list(export_step_graphs(model, folder))
+    return [*export_step_graphs(model, folder), *quantize_step_graphs(folder)]
 
 
 def explainer(task: Task, checkpoint: Path, destination: Path) -> Path:

@@ -26,6 +26,7 @@ serves every row, and columns that no row uses any more can be cut from the left
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import onnx
@@ -125,4 +126,63 @@ def export_step_graphs(model: Seq2Seq, folder: Path) -> tuple[Path, Path]:
     for proto, path in zip((export_encoder(model), export_decoder(model)), paths):
         onnx.save(proto, str(path))
         onnx.checker.check_model(str(path))
+    return paths
+
+
+# -- int8 variant ------------------------------------------------------------------------------------------------
+
+ENCODER_INT8_FILE, DECODER_INT8_FILE = "encoder.int8.onnx", "decoder.int8.onnx"
+ROPE_TABLE_MARK = "rope_"  # initializer names of the precomputed cos/sin tables (encoder.rope_cos/rope_sin)
+
+
+def rope_path_nodes(model: onnx.ModelProto) -> list[str]:
+    """Nodes on the RoPE path: those reading the cos/sin tables, and every node computing their other inputs
+    (positions). Quantizing any of them would round the rotation angles, which ruins long positions."""
+    producers = {out: node for node in model.graph.node for out in node.output}
+    tables = {init.name for init in model.graph.initializer if ROPE_TABLE_MARK in init.name}
+    readers = [node for node in model.graph.node if tables.intersection(node.input)]
+    names: set[str] = set()
+    stack = [name for node in readers for name in node.input[1:] if name not in tables]
+    names.update(node.name for node in readers)
+    while stack:
+        node = producers.get(stack.pop())
+        if node is None or node.name in names:
+            continue
+        names.add(node.name)
+        stack.extend(node.input)
+    return sorted(names)
+
+
+def quantize_graph(src: Path, dst: Path, keep_fp32: Sequence[str] = (), per_channel: bool = False) -> list[str]:
+    """Dynamic int8 quantization of the MatMul weights of `src` into `dst`: the RoPE path and the nodes named in
+    `keep_fp32` stay float. Returns the excluded node names. The fused attention and rotary nodes are not
+    MatMuls, so they stay as they are; their projections (plain MatMuls) are quantized."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    proto = onnx.load(str(src))
+    excluded = sorted({*rope_path_nodes(proto), *keep_fp32})
+    # The exporter's value_info records shapes from its example batch; ONNX shape inference inside the
+    # quantizer then contradicts them ("existing shape differs"). Shapes are re-inferred, so drop them.
+    del proto.graph.value_info[:]
+    quantize_dynamic(
+        proto,
+        str(dst),
+        weight_type=QuantType.QInt8,
+        op_types_to_quantize=["MatMul"],
+        per_channel=per_channel,
+        nodes_to_exclude=excluded,
+        extra_options={"MatMulConstBOnly": True, "DefaultTensorType": onnx.TensorProto.FLOAT},
+    )
+    onnx.checker.check_model(str(dst))
+    return excluded
+
+
+def quantize_step_graphs(folder: Path) -> tuple[Path, Path]:
+    """Write encoder.int8.onnx and decoder.int8.onnx next to the float graphs in `folder`: MatMul weights int8
+    (dynamic quantization of the activations), RoPE path float. The front model serves them with the Triton
+    parameter precision = "int8" (serving/frontends/continuous.py)."""
+    folder = Path(folder)
+    paths = folder / ENCODER_INT8_FILE, folder / DECODER_INT8_FILE
+    for src, dst in zip((folder / ENCODER_FILE, folder / DECODER_FILE), paths):
+        quantize_graph(src, dst)
     return paths

@@ -8,8 +8,9 @@ sender from the engine's thread: one response per request (the endpoint), or, fo
 concatenated equal the non-streaming answer.
 
 The engine's step graphs (encoder.onnx, decoder.onnx) sit in the front model's version folder
-(export/step_export.py writes them). A request that would push the engine's queue past its bound is refused at
-once with UNAVAILABLE, which the SDK retries.
+(export/step_export.py writes them). With the Triton parameter `precision` = "int8" the front model runs their
+int8 twins instead (encoder.int8.onnx, decoder.int8.onnx: quantize_step_graphs); default fp32. A request that
+would push the engine's queue past its bound is refused at once with UNAVAILABLE, which the SDK retries.
 """
 
 from __future__ import annotations
@@ -50,8 +51,9 @@ class ContinuousFront(FrontModel):
         )
         params = {k: v["string_value"] for k, v in self.model_config.get("parameters", {}).items()}
         threads = int(params.get("intra_op_thread_count", "1"))
+        suffix = ".int8.onnx" if params.get("precision", "fp32") == "int8" else ".onnx"
         self.engine = Engine(
-            self.asset_dir / "encoder.onnx", self.asset_dir / "decoder.onnx", shapes, decoding, threads
+            self.asset_dir / f"encoder{suffix}", self.asset_dir / f"decoder{suffix}", shapes, decoding, threads
         )
         self.streaming = self.endpoint.decoupled
         self.output = self.outputs[0]
