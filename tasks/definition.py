@@ -86,6 +86,7 @@ class Endpoint:
     decoupled: bool = False  # answers with a stream of responses (Triton's decoupled transaction policy)
     graphs: str = ""  # "module:function" writing ONNX graphs the front model runs itself into its version folder
     threads: int = 0  # ONNX Runtime intra-op threads of those graphs (0: not set)
+    precision: str = "fp32"  # of those graphs: "fp32", or "int8" (dynamically quantized weights)
 
 
 @dataclass(frozen=True)
@@ -278,8 +279,9 @@ def _model(role: str, r: _Reader) -> OnnxModel:
 
 def _endpoint(name: str, r: _Reader, inherited: Mapping[str, OnnxModel]) -> Endpoint:
     r.check_known(
-        "front", "outputs", "max_batch_size", "instances", "queue", "models", "about", "stream", "graphs", "threads"
-    )
+        "front", "outputs", "max_batch_size", "instances", "queue", "models", "about", "stream", "graphs", "threads",
+        "precision",
+    )  # fmt: skip
     queue = r.sub("queue")
     queue.check_known("max_size", "timeout_s")
     models = dict(inherited)
@@ -301,7 +303,15 @@ def _endpoint(name: str, r: _Reader, inherited: Mapping[str, OnnxModel]) -> Endp
         about=r.get("about", str, ""),
         graphs=r.get("graphs", str, ""),
         threads=r.get("threads", int, 0),
+        precision=_precision(r),
     )
+
+
+def _precision(r: _Reader) -> str:
+    precision = r.get("precision", str, "fp32")
+    if precision not in ("fp32", "int8"):
+        raise r.fail("precision", f"must be fp32 or int8, got {precision!r}")
+    return precision
 
 
 def _loadtest(r: _Reader) -> LoadTexts:

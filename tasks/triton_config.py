@@ -54,6 +54,8 @@ def front_config(task: Task, endpoint: Endpoint) -> str:
         config.model_transaction_policy.decoupled = True
     if endpoint.threads:
         config.parameters[THREADS_PARAMETER].string_value = str(endpoint.threads)
+    if endpoint.precision != "fp32":
+        config.parameters["precision"].string_value = endpoint.precision
     options = ", ".join(f"{o.input} in [{o.low}, {o.high}] (default {o.default})" for o in task.options)
     variant = (
         f"Front model (Python backend): TEXT{' and optional ' + options if options else ''}. At most "

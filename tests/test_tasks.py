@@ -57,6 +57,7 @@ BAD_DEFINITIONS = {
     "unknown key": ('help = "beam width; 1 is greedy"', 'helps = "x"', "helps: unknown key"),
     "unknown type": ('type = "fp32", dims = [-1, -1, -1] }', 'type = "fp16", dims = [-1] }', "type: must be one of"),
     "model without a source": ('export = "export.build_repository:explainer"\n', "", "give exactly one"),
+    "unknown precision": ("threads = 2\n", 'threads = 2\nprecision = "int4"\n', "precision: must be fp32 or int8"),
 }
 
 
