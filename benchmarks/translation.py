@@ -49,7 +49,7 @@ BATCH = 32
 BEAMS = (1, 4)
 CT2_FP32, CT2_INT8, BEAMSEARCH_OP, ENGINE = "ctranslate2_fp32", "ctranslate2_int8", "onnx_beamsearch", "engine"
 RUNTIMES = (CT2_FP32, CT2_INT8, BEAMSEARCH_OP, ENGINE)
-ENGINE_SERVER, TODAY_SERVER = "engine", "generation_front"  # served: model_repository as built; the variant
+ENGINE_SERVER, TODAY_SERVER = "engine", "generation_front"  # served: the engine variant; model_repository
 SERVERS = (ENGINE_SERVER, TODAY_SERVER)
 REQUEST_TIMEOUT_S = 120.0
 # Bars: served engine vs CTranslate2 offline, vs today's served translate, p99 not worse, TTFT share.
@@ -189,93 +189,69 @@ def offline(profile: Profile, sentences: list[str], workdir: Path) -> list[dict[
     return rows
 
 
-# -- today's served translate: a variant repository ----------------------------------------------------------
-
-
-def _toml_value(value: Any) -> str:
-    """A TOML literal for what tomllib reads from a task definition (strings, numbers, lists, inline tables);
-    JSON's string escapes are TOML's too."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
-    raise TypeError(f"no TOML literal for {type(value).__name__}")
+# -- the engine serving `translate`: a variant repository ------------------------------------------------------
 
 
 def variant_definition(text: str) -> str:
-    """The task definition with `translate` on the BLS front of the previous setup: [endpoint] front replaced, and
-    an [endpoint.models.generator] table equal to [explain.models.generator] appended; nothing else changes
-    (checked by parsing the result)."""
+    """The task definition with `translate` on the front of its streaming twin (the engine): the [endpoint]
+    table's front line replaced by [stream]'s; nothing else changes (checked by parsing the result)."""
     before = tomllib.loads(text)
-    generator = before.get("explain", {}).get("models", {}).get("generator")
-    if generator is None:
-        raise ValueError("the definition has no [explain.models.generator] to copy")
-    if "models" in before.get("endpoint", {}):
-        raise ValueError("the definition's [endpoint] already names models; not rewriting it")
+    engine_front = before.get("stream", {}).get("front")
+    if engine_front is None:
+        raise ValueError("the definition has no [stream] front to serve translate with")
     lines = text.splitlines(keepends=True)
     header = re.compile(r"^\s*\[")
     start = next((i for i, line in enumerate(lines) if line.strip() == "[endpoint]"), None)
     if start is None:
         raise ValueError("the definition has no [endpoint] table")
-    replaced = False
     for i in range(start + 1, len(lines)):
         if header.match(lines[i]):
-            break
+            raise ValueError("[endpoint] has no front = … line")
         if re.match(r"^\s*front\s*=", lines[i]):
-            lines[i] = f"front = {_toml_value(GENERATION_FRONT)}\n"
-            replaced = True
+            lines[i] = f"front = {json.dumps(engine_front)}\n"  # a TOML basic string is a JSON string
             break
-    if not replaced:
-        raise ValueError("[endpoint] has no front = … line")
-    table = "".join(f"{key} = {_toml_value(value)}\n" for key, value in generator.items())
-    out = "".join(lines).rstrip("\n") + "\n\n[endpoint.models.generator]  # the previous setup\n" + table
+    out = "".join(lines)
     after = tomllib.loads(out)
     expected = json.loads(json.dumps(before))
-    expected["endpoint"]["front"] = GENERATION_FRONT
-    expected["endpoint"]["models"] = {"generator": generator}
+    expected["endpoint"]["front"] = engine_front
     if after != expected:
-        raise ValueError("rewriting the definition changed more than [endpoint] front and models")
+        raise ValueError("rewriting the definition changed more than [endpoint] front")
     return out
 
 
-def variant_config(text: str, instances: int = TODAY_INSTANCES) -> str:
-    """The front model's config.pbtxt with ``instances`` CPU instances; everything else kept."""
+def variant_config(text: str) -> str:
+    """The streaming twin's config.pbtxt as `translate`'s: its name, and one response per request (not
+    decoupled); instances, threads and queue kept."""
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2
 
     config = text_format.Parse(text, model_config_pb2.ModelConfig())
-    del config.instance_group[:]
-    config.instance_group.add(count=instances, kind=model_config_pb2.ModelInstanceGroup.KIND_CPU)
+    config.name = TASK
+    config.ClearField("model_transaction_policy")
     return text_format.MessageToString(config)
 
 
 def build_variant(root: Path, repository: Path = REPOSITORY) -> Path:
-    """A repository under ``root`` holding `translate` as the previous setup served it and its generator: text
-    files copied (the definition and the front's config rewritten), ONNX files symlinked. Returns it."""
-    repo = Path(root) / "translate_generation_front"
+    """A repository under ``root`` holding `translate` served by the engine, made from `translate_stream`: text
+    files copied (the definition and the config rewritten), ONNX files symlinked. Returns it."""
+    repo = Path(root) / "translate_engine"
     if repo.exists():
         shutil.rmtree(repo)
-    for model in (TASK, GENERATOR_MODEL):
-        for source in sorted((Path(repository) / model).rglob("*")):
-            if "__pycache__" in source.parts or source.is_dir():
-                continue
-            relative = source.relative_to(Path(repository) / model)
-            target = repo / model / relative
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if model == TASK and relative == Path("config.pbtxt"):
-                target.write_text(variant_config(source.read_text(encoding="utf-8")), encoding="utf-8")
-            elif model == TASK and source.suffix == ".toml":
-                target.write_text(variant_definition(source.read_text(encoding="utf-8")), encoding="utf-8")
-            elif source.suffix == ".onnx":
-                target.symlink_to(source.resolve())
-            else:
-                shutil.copyfile(source, target)
+    source_dir = Path(repository) / STREAM_MODEL
+    for source in sorted(source_dir.rglob("*")):
+        if "__pycache__" in source.parts or source.is_dir():
+            continue
+        relative = source.relative_to(source_dir)
+        target = repo / TASK / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if relative == Path("config.pbtxt"):
+            target.write_text(variant_config(source.read_text(encoding="utf-8")), encoding="utf-8")
+        elif source.suffix == ".toml":
+            target.write_text(variant_definition(source.read_text(encoding="utf-8")), encoding="utf-8")
+        elif source.suffix == ".onnx":
+            target.symlink_to(source.resolve())
+        else:
+            shutil.copyfile(source, target)
     return repo
 
 
@@ -449,8 +425,8 @@ def served(profile: Profile, sentences: list[str], workdir: Path) -> tuple[list[
     new_tokens, window, warmup = max_new_tokens(profile), profile.translation_seconds, profile.translation_warmup_s
     with contextlib.ExitStack() as stack:
         servers = {
-            ENGINE_SERVER: _server(stack, REPOSITORY, [TASK, STREAM_MODEL]),
-            TODAY_SERVER: _server(stack, build_variant(workdir / "repositories"), [TASK, GENERATOR_MODEL]),
+            ENGINE_SERVER: _server(stack, build_variant(workdir / "repositories"), [TASK]),
+            TODAY_SERVER: _server(stack, REPOSITORY, [TASK, GENERATOR_MODEL, STREAM_MODEL]),
         }
         # First requests load tokenizers, ORT arenas and the generator's subgraphs: not part of any window.
         for server in servers.values():
@@ -474,7 +450,7 @@ def served(profile: Profile, sentences: list[str], workdir: Path) -> tuple[list[
                     }
                 )
         streaming = []
-        engine_url = servers[ENGINE_SERVER].grpc_url
+        engine_url = servers[TODAY_SERVER].grpc_url  # the streaming twin, as built
         clients = profile.translation_stream_clients
         for beams in BEAMS:
             closed_loop(engine_url, STREAM_MODEL, sentences, 2, beams, new_tokens, max(0.5, warmup), 0.0, True)
@@ -654,9 +630,10 @@ def markdown(section: dict[str, Any]) -> list[str]:
         *_table(["search", "runtime", *(f"{t} thread(s)" for t in threads)], rows),
         "",
         f"**Served, closed loop** over gRPC, one sentence per request, {section['window_s']:g} s window after "
-        f"{section['warmup_s']:g} s warm-up: sentences/s (p50/p99 ms). `{ENGINE_SERVER}`: model_repository as "
-        f"built; `{TODAY_SERVER}`: `translate` on {GENERATION_FRONT.split(':')[1]} calling {GENERATOR_MODEL} "
-        f"by BLS, {TODAY_INSTANCES} front instances (the previous setup).",
+        f"{section['warmup_s']:g} s warm-up: sentences/s (p50/p99 ms). `{ENGINE_SERVER}`: `translate` served by "
+        f"the continuous-batching engine (a variant repository made from {STREAM_MODEL}); `{TODAY_SERVER}`: "
+        f"model_repository as built, `translate` on {GENERATION_FRONT.split(':')[1]} calling {GENERATOR_MODEL} "
+        f"by BLS, {TODAY_INSTANCES} front instances.",
         "",
         *_table(["clients", "search", *SERVERS, "engine ÷ today", "errors"], served_rows),
         "",

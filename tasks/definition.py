@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -277,9 +277,12 @@ def _model(role: str, r: _Reader) -> OnnxModel:
     )
 
 
-def _endpoint(name: str, r: _Reader, inherited: Mapping[str, OnnxModel]) -> Endpoint:
+def _endpoint(
+    name: str, r: _Reader, inherited: Mapping[str, OnnxModel], outputs: tuple[Tensor, ...] = (), decoupled: bool = False
+) -> Endpoint:
+    """An endpoint's table; a twin inherits the task's models (and, for the stream, the outputs)."""
     r.check_known(
-        "front", "outputs", "max_batch_size", "instances", "queue", "models", "about", "stream", "graphs", "threads",
+        "front", "outputs", "max_batch_size", "instances", "queue", "models", "about", "graphs", "threads",
         "precision",
     )  # fmt: skip
     queue = r.sub("queue")
@@ -294,7 +297,7 @@ def _endpoint(name: str, r: _Reader, inherited: Mapping[str, OnnxModel]) -> Endp
     return Endpoint(
         name=name,
         front=front,
-        outputs=_tensors(r, "outputs"),
+        outputs=_tensors(r, "outputs") if "outputs" in r.table or not outputs else outputs,
         max_batch_size=r.get("max_batch_size", int),
         instances=r.get("instances", int, 2),
         queue_size=queue.get("max_size", int),
@@ -304,6 +307,7 @@ def _endpoint(name: str, r: _Reader, inherited: Mapping[str, OnnxModel]) -> Endp
         graphs=r.get("graphs", str, ""),
         threads=r.get("threads", int, 0),
         precision=_precision(r),
+        decoupled=decoupled,
     )
 
 
@@ -329,7 +333,9 @@ def _loadtest(r: _Reader) -> LoadTexts:
 
 
 def _task(r: _Reader, path: Path) -> Task:
-    r.check_known("summary", "example", "checkpoint", "assets", "result", "options", "endpoint", "explain", "loadtest")
+    r.check_known(
+        "summary", "example", "checkpoint", "assets", "result", "options", "endpoint", "explain", "stream", "loadtest"
+    )
     name = path.stem
     if not name.isidentifier():
         raise DefinitionError(f"{path}: the file name must be a Python identifier (it names the SDK method)")
@@ -341,8 +347,8 @@ def _task(r: _Reader, path: Path) -> Task:
     endpoint = _endpoint(name, r.sub("endpoint"), {})
     explain = _endpoint(f"{name}_explain", r.sub("explain"), endpoint.models) if "explain" in r.table else None
     stream = None
-    if r.sub("endpoint").get("stream", bool, False):  # the same endpoint, answering with a stream of pieces
-        stream = replace(endpoint, name=f"{name}_stream", decoupled=True)
+    if "stream" in r.table:  # the endpoint's twin answering with a stream of pieces: its outputs, its own front
+        stream = _endpoint(f"{name}_stream", r.sub("stream"), endpoint.models, endpoint.outputs, decoupled=True)
     task = Task(
         name=name,
         summary=r.get("summary", str),

@@ -56,9 +56,10 @@ def front_config(task: Task, endpoint: Endpoint) -> str:
         config.parameters[THREADS_PARAMETER].string_value = str(endpoint.threads)
     if endpoint.precision != "fp32":
         config.parameters["precision"].string_value = endpoint.precision
-    options = ", ".join(f"{o.input} in [{o.low}, {o.high}] (default {o.default})" for o in task.options)
+    options = ", ".join(o.input for o in task.options)
+    optional = f" and optional {options} (defaults and ranges: tasks/{task.source.name})" if options else ""
     variant = (
-        f"Front model (Python backend): TEXT{' and optional ' + options if options else ''}. At most "
+        f"Front model (Python backend): TEXT{optional}. At most "
         f"{endpoint.queue_size} requests wait; a full queue, or a request that waited {endpoint.queue_timeout_s:g} s, "
         "is refused at once (REJECT: UNAVAILABLE, HTTP 503)."
         + (" Decoupled: a stream of responses per request, the last flagged final." if endpoint.decoupled else "")

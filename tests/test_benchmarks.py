@@ -223,20 +223,16 @@ def test_report_without_sentiment_data_says_accuracy_was_not_measured(tmp_path):
 
 
 def _fake_translate_repository(root):
-    """A repository with the committed translate definition and configs, and stand-ins for the ONNX files."""
-    for relative in ("translate/config.pbtxt", "translate/1/translate.toml", "translate/1/model.py"):
-        (root / relative).parent.mkdir(parents=True, exist_ok=True)
-        (root / relative).write_bytes((REPOSITORY / relative).read_bytes())
-    for relative in ("translate/1/encoder.onnx", "translate_generator/1/model.onnx"):
-        (root / relative).parent.mkdir(parents=True, exist_ok=True)
-        (root / relative).write_bytes(b"onnx")
-    config = "translate_generator/configs/cpu.pbtxt"
-    (root / config).parent.mkdir(parents=True)
-    (root / config).write_bytes((REPOSITORY / config).read_bytes())
+    """A repository with the committed translate_stream config and definition, and stand-ins for its graphs."""
+    for relative in ("translate_stream/config.pbtxt", "translate/1/translate.toml", "translate/1/model.py"):
+        target = root / relative.replace("translate/", "translate_stream/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes((REPOSITORY / relative).read_bytes())
+    (root / "translate_stream/1/encoder.onnx").write_bytes(b"onnx")
     return root
 
 
-def test_translation_variant_is_the_previous_served_setup(tmp_path):
+def test_translation_variant_serves_translate_on_the_engine(tmp_path):
     import tomllib
 
     from google.protobuf import text_format
@@ -250,33 +246,30 @@ def test_translation_variant_is_the_previous_served_setup(tmp_path):
     assert {p: p.read_bytes() for p in source.rglob("*") if p.is_file()} == originals  # the source is untouched
 
     task, endpoint = read_endpoint(repo / "translate" / "1", "translate")  # as the front model reads it
-    assert endpoint.front == translation.GENERATION_FRONT
-    assert endpoint.models["generator"] == task.explain.models["generator"]
-    before = tomllib.loads((source / "translate/1/translate.toml").read_text(encoding="utf-8"))
+    assert endpoint.front == task.stream.front and not endpoint.decoupled
+    before = tomllib.loads((source / "translate_stream/1/translate.toml").read_text(encoding="utf-8"))
     after = tomllib.loads((repo / "translate/1/translate.toml").read_text(encoding="utf-8"))
-    after["endpoint"].pop("models")
     before["endpoint"].pop("front"), after["endpoint"].pop("front")
     assert after == before  # nothing else changed
 
     def config(path):
         return text_format.Parse(path.read_text(encoding="utf-8"), model_config_pb2.ModelConfig())
 
-    old, new = config(source / "translate/config.pbtxt"), config(repo / "translate/config.pbtxt")
-    assert [(g.count, g.kind) for g in new.instance_group] == [(2, model_config_pb2.ModelInstanceGroup.KIND_CPU)]
-    del old.instance_group[:], new.instance_group[:]
+    old, new = config(source / "translate_stream/config.pbtxt"), config(repo / "translate/config.pbtxt")
+    assert new.name == "translate" and old.model_transaction_policy.decoupled
+    assert not new.HasField("model_transaction_policy")
+    old.name, new.name = "x", "x"
+    old.ClearField("model_transaction_policy")
     assert new == old
-    assert (repo / "translate_generator/1/model.onnx").is_symlink()
-    assert (repo / "translate_generator/configs/cpu.pbtxt").read_bytes() == originals[
-        source / "translate_generator/configs/cpu.pbtxt"
-    ]
+    assert (repo / "translate/1/encoder.onnx").is_symlink()
 
 
 def test_translation_variant_refuses_a_definition_it_cannot_rewrite():
     text = (REPOSITORY / "translate/1/translate.toml").read_text(encoding="utf-8")
-    with pytest.raises(ValueError, match="explain.models.generator"):
-        translation.variant_definition(text.replace("[explain.models.generator]", "[explain.models.other]"))
+    with pytest.raises(ValueError, match="stream"):
+        translation.variant_definition(text.replace("[stream]", "[streamed]"))
     with pytest.raises(ValueError, match="front"):
-        translation.variant_definition(text.replace('front = "serving.frontends.continuous', 'x = "'))
+        translation.variant_definition(text.replace('front = "serving.frontends.generation', 'x = "'))
 
 
 def _translation_section():
