@@ -102,13 +102,13 @@ def cpu_info() -> dict[str, Any]:
 
 
 def load_engine(threads: int, max_rows: int, folder: Path | None = None) -> tuple[Any, Any]:
-    """The engine as the `translate` front model builds it from its version folder (step graphs, config.json),
-    and that folder's source tokenizer."""
+    """The engine as the `translate_stream` front model builds it from its version folder (step graphs,
+    config.json), and that folder's source tokenizer."""
     from serving.engine.engine import Engine, Shapes
     from serving.engine.search import Decoding
     from serving.frontends.base import BatchTokenizer
 
-    folder = Path(folder) if folder else REPOSITORY / TASK / "1"
+    folder = Path(folder) if folder else REPOSITORY / STREAM_MODEL / "1"
     cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     model = cfg["model"]
     layers = model["n_decoder_layers"]
