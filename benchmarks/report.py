@@ -5,19 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from benchmarks import data, generation, runtime, threads, translation
-
-
-def _cell(summary: dict[str, Any], digits: int = 0) -> str:
-    """median [min–max]: the spread of the repetitions stays visible next to the figure."""
-    fmt = f"{{:.{digits}f}}"
-    if summary["n"] == 1:
-        return fmt.format(summary["median"])
-    return f"{fmt.format(summary['median'])} [{fmt.format(summary['min'])}–{fmt.format(summary['max'])}]"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+from benchmarks.markdown import cell, table
 
 
 def _pair(summaries: dict[str, Any], name: str, digits: int = 0) -> str:
@@ -56,7 +44,7 @@ def _runtime(section: dict[str, Any]) -> list[str]:
     return [
         "## 1. Model runtime: sentiment encoder (sequences/s, all cores / 1 thread; better one in bold)",
         "",
-        *_table(header, rows),
+        *table(header, rows),
         "",
         *([f"Accuracy: not measured ({unmeasured}).", ""] if unmeasured else []),
         "Ratios compare each variant at its better thread count. "
@@ -79,7 +67,7 @@ def _generation(section: dict[str, Any]) -> list[str]:
     title = "## 2. Generation: sentences/s (generated tokens/s), all cores / 1 thread"
     built_in = sorted({row["task"] for row in section["rows"] if row.get("texts") == data.BUILT_IN})
     note = [f"No test set for {', '.join(built_in)}: measured on the load test's built-in texts.", ""]
-    return [title, "", *_table(header, rows), "", *(note if built_in else [])]
+    return [title, "", *table(header, rows), "", *(note if built_in else [])]
 
 
 def _latencies(cell: dict[str, Any]) -> str:
@@ -95,9 +83,9 @@ def _serving(section: dict[str, Any]) -> list[str]:
             cells = point[tool]
             rows.append(
                 [str(point["concurrency"])]
-                + [f"{_cell(cells[n]['throughput'])} ({_latencies(cells[n])})" for n in names]
+                + [f"{cell(cells[n]['throughput'])} ({_latencies(cells[n])})" for n in names]
             )
-        lines += [f"**{tool}**", "", *_table(["concurrency", *names], rows), ""]
+        lines += [f"**{tool}**", "", *table(["concurrency", *names], rows), ""]
     if section.get("texts_source") == data.BUILT_IN:
         lines += ["No sentiment test split: requests are the load test's built-in reviews.", ""]
     overhead = section["overhead_c1"]
@@ -117,7 +105,7 @@ def _ceiling(section: dict[str, Any]) -> list[str]:
         "",
         f"fp32 matmul ({section['matmul_size']}², {section['threads']} threads, torch and numpy, at the start and "
         f"the end of the run): ceiling (best run) {section['matmul_gflops']['max']:.1f} GFLOP/s, "
-        f"all runs {_cell(section['matmul_gflops'], 1)}. FLOPs per sequence: "
+        f"all runs {cell(section['matmul_gflops'], 1)}. FLOPs per sequence: "
         + ", ".join(f"seq {k}: {v / 1e6:.1f} MFLOP" for k, v in section["flops_per_sequence"].items())
         + ".",
         "",
@@ -135,7 +123,7 @@ def _ceiling(section: dict[str, Any]) -> list[str]:
         for f in section.get("fractions", [])
     ]
     if rows:
-        lines += [*_table(["batch", "seq", "among", "best variant", "seq/s", "GFLOP/s", "of ceiling"], rows), ""]
+        lines += [*table(["batch", "seq", "among", "best variant", "seq/s", "GFLOP/s", "of ceiling"], rows), ""]
     return lines
 
 
@@ -149,7 +137,7 @@ def _checks(checks: list[dict[str, Any]]) -> list[str]:
         ]  # fmt: skip
         for c in checks
     ]
-    return ["## Bars", "", *_table(["figure", "measured", "bar", ""], rows), ""]
+    return ["## Bars", "", *table(["figure", "measured", "bar", ""], rows), ""]
 
 
 def markdown(results: dict[str, Any]) -> str:

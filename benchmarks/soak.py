@@ -20,22 +20,10 @@ from pathlib import Path
 
 from clients import Client, ClientError
 from loadtest.texts import load_texts
-from serving.embedded import EmbeddedTriton, ServerOptions, free_ports, process_group_members
+from serving.embedded import EmbeddedTriton, ServerOptions, free_ports, group_rss_mb
 
 ROOT = Path(__file__).resolve().parents[1]
 MIX = {"sentiment": 6, "translate": 3, "summarize": 1, "translate_stream": 1}
-
-
-def rss_mb(pid: int) -> float:
-    """Resident memory of the server's process group (tritonserver and its Python stubs), MB."""
-    total_kb = 0
-    for member in process_group_members(pid):
-        try:
-            with open(f"/proc/{member}/status") as f:
-                total_kb += next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), 0)
-        except OSError:
-            continue
-    return total_kb / 1024
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -102,7 +90,7 @@ def soak(minutes: float, window_s: float, clients: int, data_dir: Path | None) -
                 "p50_ms": round(quantile(latencies, 0.5) * 1000, 1),
                 "p99_ms": round(quantile(latencies, 0.99) * 1000, 1),
                 "failures": sum(not ok for *_, ok in records),
-                "rss_mb": round(rss_mb(server.pid), 1),
+                "rss_mb": round(group_rss_mb(server.pid), 1),
             }
             windows.append(row)
             print(json.dumps(row), flush=True)

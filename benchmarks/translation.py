@@ -35,6 +35,7 @@ from typing import Any
 
 from benchmarks import data
 from benchmarks.checks import check
+from benchmarks.markdown import cell, table
 from benchmarks.profiles import REPOSITORY, Profile
 from benchmarks.stats import interleaved, percentile, summarize, summarize_runs
 
@@ -540,18 +541,6 @@ def bars(section: dict[str, Any]) -> list[dict[str, Any]]:
 # -- the report -----------------------------------------------------------------------------------------------
 
 
-def _cell(summary: dict[str, Any], digits: int = 1) -> str:
-    fmt = f"{{:.{digits}f}}"
-    if summary["n"] == 1:
-        return fmt.format(summary["median"])
-    return f"{fmt.format(summary['median'])} [{fmt.format(summary['min'])}–{fmt.format(summary['max'])}]"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(row) + " |" for row in rows]
-
-
 def _bar_lines(section: dict[str, Any]) -> list[str]:
     lines = []
     for r in section["ratios"]:
@@ -592,12 +581,12 @@ def markdown(section: dict[str, Any]) -> list[str]:
                 row = next(
                     r for r in section["offline"] if (r["runtime"], r["beams"], r["threads"]) == (runtime, beams, t)
                 )
-                cells.append(f"{_cell(row['sentences_per_s'])} ({row['tokens_per_s']['median']:.0f})")
+                cells.append(f"{cell(row['sentences_per_s'], 1)} ({row['tokens_per_s']['median']:.0f})")
             rows.append([beam_label(beams), runtime, *cells])
     served_rows = []
     for p in section["served"]:
         cells = [
-            f"{_cell(p['servers'][n]['throughput'])} ({p['servers'][n]['p50_ms']['median']:.0f}/"
+            f"{cell(p['servers'][n]['throughput'], 1)} ({p['servers'][n]['p50_ms']['median']:.0f}/"
             f"{p['servers'][n]['p99_ms']['median']:.0f})"
             for n in SERVERS
         ]
@@ -608,8 +597,8 @@ def markdown(section: dict[str, Any]) -> list[str]:
         [
             str(s["clients"]),
             beam_label(s["beams"]),
-            _cell(s["ttft_p50_ms"], 0),
-            _cell(s["p50_ms"], 0),
+            cell(s["ttft_p50_ms"]),
+            cell(s["p50_ms"]),
             f"{s['ttft_p50_ms']['median'] / s['p50_ms']['median'] * 100:.0f}%",
             f"{s['ttft_p99_ms']['median']:.0f} / {s['p99_ms']['median']:.0f}",
         ]
@@ -627,7 +616,7 @@ def markdown(section: dict[str, Any]) -> list[str]:
         "**Offline**: sentences/s (generated tokens/s), one warm-up pass then median [min–max] of the timed passes; "
         "the engine gets every sentence at once with max_rows = 32 × beams.",
         "",
-        *_table(["search", "runtime", *(f"{t} thread(s)" for t in threads)], rows),
+        *table(["search", "runtime", *(f"{t} thread(s)" for t in threads)], rows),
         "",
         f"**Served, closed loop** over gRPC, one sentence per request, {section['window_s']:g} s window after "
         f"{section['warmup_s']:g} s warm-up: sentences/s (p50/p99 ms). `{ENGINE_SERVER}`: `translate` served by "
@@ -635,11 +624,11 @@ def markdown(section: dict[str, Any]) -> list[str]:
         f"model_repository as built, `translate` on {GENERATION_FRONT.split(':')[1]} calling {GENERATOR_MODEL} "
         f"by BLS, {TODAY_INSTANCES} front instances.",
         "",
-        *_table(["clients", "search", *SERVERS, "engine ÷ today", "errors"], served_rows),
+        *table(["clients", "search", *SERVERS, "engine ÷ today", "errors"], served_rows),
         "",
         f"**Streaming** (`{STREAM_MODEL}`): time to the first non-empty piece and to the final response, ms.",
         "",
-        *_table(["clients", "search", "median TTFT", "median full", "TTFT ÷ full", "p99 TTFT / full"], stream_rows),
+        *table(["clients", "search", "median TTFT", "median full", "TTFT ÷ full", "p99 TTFT / full"], stream_rows),
         "",
         "**Bars**",
         "",

@@ -108,15 +108,11 @@ def build_task(task: Task, source: Path, repository: Path) -> list[Path]:
             written.append(resolve(model.export)(task, source, destination))
         else:
             written.append(Path(shutil.copy2(task.folder / model.file, destination)))
-    graphs: dict[str, list[Path]] = {}  # builder -> files: twins copy what the first endpoint built
     for endpoint in task.endpoints():
         folder = repository / endpoint.name / "1"
         folder.mkdir(parents=True, exist_ok=True)
-        if endpoint.graphs in graphs:
-            written += [Path(shutil.copy2(path, folder / path.name)) for path in graphs[endpoint.graphs]]
-        elif endpoint.graphs:
-            graphs[endpoint.graphs] = resolve(endpoint.graphs)(task, source, folder)
-            written += graphs[endpoint.graphs]
+        if endpoint.graphs:
+            written += resolve(endpoint.graphs)(task, source, folder)
         written.append(Path(shutil.copy2(FRONT_MODEL_PY, folder / "model.py")))
         written.append(Path(shutil.copy2(task.source, folder / task.source.name)))
         written += [Path(shutil.copy2(path, folder / path.name)) for path in front_files(task, source)]

@@ -34,7 +34,7 @@ import torch
 from torch import Tensor, nn
 
 from export.model import Seq2Seq
-from export.seq2seq_export import _export, _flat, _kv_names, _pairs
+from export.seq2seq_export import _example, _export, _flat, _kv_names, _pairs
 
 ENCODER_FILE, DECODER_FILE = "encoder.onnx", "decoder.onnx"
 TOP_K = 16  # best tokens per row the step returns: enough for beam search up to 8 beams (2·k candidates)
@@ -76,12 +76,7 @@ def cross_layers(model: Seq2Seq) -> int:
 
 
 def export_encoder(model: Seq2Seq) -> onnx.ModelProto:
-    cfg = model.cfg
-    ids = torch.randint(4, cfg.vocab_size, (3, 7), dtype=torch.int32)
-    mask = torch.ones_like(ids)
-    mask[1, 4:] = 0
-    batch = torch.export.Dim("batch", min=1, max=4096)
-    sequence = torch.export.Dim("source", min=1, max=cfg.max_len)
+    ids, mask, (batch, sequence) = _example(model)
     shapes = {"input_ids": {0: batch, 1: sequence}, "attention_mask": {0: batch, 1: sequence}}
     return _export(StepEncoder(model), (ids, mask), list(shapes), cross_names(cross_layers(model)), shapes)
 

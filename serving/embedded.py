@@ -219,6 +219,18 @@ def process_group_members(pgid: int) -> list[int]:
     return members
 
 
+def group_rss_mb(pgid: int) -> float:
+    """Resident memory of process group ``pgid`` (the server and its Python stubs), MB."""
+    total_kb = 0
+    for pid in process_group_members(pgid):
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                total_kb += next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), 0)
+        except OSError:
+            continue
+    return total_kb / 1024
+
+
 def _set_parent_death_signal() -> None:  # runs in the child between fork and exec
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
@@ -560,6 +572,7 @@ __all__: Sequence[str] = (
     "ServerError",
     "ServerOptions",
     "free_ports",
+    "group_rss_mb",
     "port_in_use",
     "process_group_members",
 )

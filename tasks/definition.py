@@ -202,8 +202,9 @@ class _Reader:
             raise self.fail(key, f"must be {names}, got {value!r}")
         return value
 
-    def sub(self, key: str, default: Any = ...) -> _Reader:
-        return _Reader(self.get(key, dict, {} if default is not ... else ...), f"{self.where} [{key}]")
+    def sub(self, key: str, optional: bool = False) -> _Reader:
+        """The table under `key` (an empty one when it is optional and absent)."""
+        return _Reader(self.get(key, dict, {} if optional else ...), f"{self.where} [{key}]")
 
     def check_known(self, *known: str) -> None:
         unknown = sorted(set(self.table) - set(known))
@@ -256,7 +257,7 @@ def _model(role: str, r: _Reader) -> OnnxModel:
         "name", "inputs", "outputs", "max_batch_size", "dynamic_batching", "instances", "threads", "export", "file",
         "about",
     )  # fmt: skip
-    instances = r.sub("instances", {})
+    instances = r.sub("instances", optional=True)
     instances.check_known("cpu", "gpu")
     export, file = r.get("export", str, ""), r.get("file", str, "")
     if bool(export) == bool(file):
@@ -288,7 +289,7 @@ def _endpoint(
     queue = r.sub("queue")
     queue.check_known("max_size", "timeout_s")
     models = dict(inherited)
-    raw_models = r.sub("models", {})
+    raw_models = r.sub("models", optional=True)
     for role, table in raw_models.table.items():
         models[role] = _model(role, _Reader(table, f"{raw_models.where}.{role}"))
     front = r.get("front", str)
@@ -339,7 +340,7 @@ def _task(r: _Reader, path: Path) -> Task:
     name = path.stem
     if not name.isidentifier():
         raise DefinitionError(f"{path}: the file name must be a Python identifier (it names the SDK method)")
-    raw_options = r.sub("options", {})
+    raw_options = r.sub("options", optional=True)
     options = tuple(
         _option(keyword, _Reader(table, f"{raw_options.where}.{keyword}"))
         for keyword, table in raw_options.table.items()

@@ -1,8 +1,8 @@
 """The CTranslate2 baseline: checkpoints/translate converted to CTranslate2 decodes like our ONNX generator.
 
-The full-test-set agreement is `python -m benchmarks.ctranslate2_baseline`; here 20 sentences written for the
-test (no dataset needed), greedy, one thread. `ctranslate2` is not installed with the package: without it these
-tests fail, they do not skip.
+The full-test-set agreement is `python -m benchmarks.ctranslate2_baseline`; here the everyday sentences of
+test_generation_parity (no dataset needed), greedy, one thread. `ctranslate2` comes with the bench extra: without
+it these tests fail, they do not skip.
 """
 
 from __future__ import annotations
@@ -11,34 +11,12 @@ import json
 from pathlib import Path
 
 import pytest
+from test_generation_parity import SENTENCES
 
 from benchmarks import ctranslate2_baseline as ct2
 from export.tokenizer import BOS, EOS, UNK
 
 pytestmark = pytest.mark.export  # converts the checkpoint and runs the ONNX generator: seconds
-
-SENTENCES = [
-    "我爱你。",
-    "他休息两天。",
-    "我只有几支笔。",
-    "今天天气很好。",
-    "你叫什么名字？",
-    "我们明天去北京。",
-    "这本书很有意思。",
-    "她每天早上喝咖啡。",
-    "我不知道他在哪里。",
-    "请把门关上。",
-    "你会说中文吗？",
-    "我的猫喜欢睡觉。",
-    "火车几点出发？",
-    "汤姆是我最好的朋友。",
-    "外面在下雨。",
-    "你能帮我一下吗？",
-    "我已经吃过晚饭了。",
-    "他比我高。",
-    "我喜欢听音乐。",
-    "医院在哪里？",
-]
 
 
 def require_ctranslate2() -> None:
@@ -79,7 +57,7 @@ def test_greedy_tokens_equal_the_onnx_generator(workdir):
     reference = ct2.onnx_generate(session, baseline.src_tokenizer, baseline.max_tokens, SENTENCES, 1, max_new)
 
     report = ct2.agreement(reference, ours)
-    assert report["equal"] >= 19, report
+    assert report["equal"] >= 0.95 * len(SENTENCES), report
     assert all(reference), "the ONNX generator produced an empty translation"
 
 

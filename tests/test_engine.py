@@ -72,15 +72,16 @@ class Collector:
         return [t for piece in self.pieces[key] for t in piece]
 
 
-def staggered(engine: Engine, jobs: list[Job], seed: int = 0) -> None:
-    """Submit the jobs a few at a time, a few steps apart, until all are done."""
+def staggered(engine: Engine, jobs: list[Job], seed: int = 0, most: int = 4, after_step=lambda: None) -> None:
+    """Submit the jobs up to `most` at a time, a few steps apart, until all are done."""
     rng = np.random.default_rng(seed)
     pending = list(jobs)
     while pending or engine.busy():
-        for _ in range(int(rng.integers(0, 5))):
+        for _ in range(int(rng.integers(0, most + 1))):
             if pending:
                 engine.submit(pending.pop(0))
         engine.iterate()
+        after_step()
 
 
 @pytest.fixture(scope="module")
@@ -140,14 +141,7 @@ def test_churn_drops_nothing_and_mixes_nothing_up(translate):
         )
         for i, s in enumerate(sources)
     ]
-    rng = np.random.default_rng(2)
-    pending = list(jobs)
-    while pending or engine.busy():
-        for _ in range(int(rng.integers(0, 6))):
-            if pending:
-                engine.submit(pending.pop(0))
-        engine.iterate()
-        steps["n"] += 1
+    staggered(engine, jobs, seed=2, most=5, after_step=lambda: steps.update(n=steps["n"] + 1))
     assert set(collected.finals) == set(range(len(sources))), "every source got a final callback"
     assert all(count == 1 for count in collected.finals.values())
     greedy, beam = translate.expected(1, sources=sources), translate.expected(4, sources=sources)

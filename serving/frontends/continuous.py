@@ -161,8 +161,9 @@ class Reply:
         pieces = [""] * len(self.sent)
         rows = range(len(self.sent)) if finished else [row]
         for r in rows:
-            text = detokenize(self.front.target, self.tokens[r])
-            if not self.done[r]:
+            if self.done[r]:
+                text = detokenize(self.front.target, self.tokens[r])
+            else:
                 text = settled_text(detokenize(self.front.target, self.tokens[r][:-HOLD_BACK_TOKENS]))
             if text.startswith(self.sent[r]) and len(text) > len(self.sent[r]):
                 pieces[r] = text[len(self.sent[r]) :]

@@ -54,18 +54,6 @@ def stub_pids(server: EmbeddedTriton) -> dict[int, str]:
     return {stub.pid: stub.model for stub in find_stubs(process_group_members(server.pid))}
 
 
-def rss_mb(server: EmbeddedTriton) -> float:
-    """Resident memory of the server and its stubs, MB."""
-    total_kb = 0
-    for pid in process_group_members(server.pid):
-        try:
-            with open(f"/proc/{pid}/status") as f:
-                total_kb += next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), 0)
-        except OSError:
-            continue
-    return total_kb / 1024
-
-
 def copy_models(target: Path, models: list[str]) -> Path:
     """A repository holding `models` from model_repository/, ONNX files linked rather than copied."""
     target.mkdir(parents=True, exist_ok=True)

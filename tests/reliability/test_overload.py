@@ -15,9 +15,10 @@ import time
 from collections import Counter
 
 import tritonclient.grpc.aio as grpc_aio
-from reliability_helpers import connect, infer, rss_mb, text_input
+from reliability_helpers import connect, infer, text_input
 from tritonclient.utils import InferenceServerException
 
+from serving.embedded import group_rss_mb
 from serving.frontends.continuous import QUEUE_FULL as ENGINE_FULL
 from serving.metrics import metric_sum
 
@@ -83,9 +84,9 @@ def test_four_times_capacity_is_rejected_fast_and_bounded(start_server) -> None:
     timeout_s = queue_timeout_s(server)
     assert timeout_s > 0, "without a queue timeout, accepted requests could wait for ever"
     capacity = asyncio.run(closed_loop_rate(server.grpc_url, concurrency=16, seconds=3))
-    memory_before = rss_mb(server)
+    memory_before = group_rss_mb(server.pid)
     outcomes = asyncio.run(open_loop(server.grpc_url, rate=4 * capacity, seconds=5))
-    memory_after = rss_mb(server)
+    memory_after = group_rss_mb(server.pid)
 
     kinds = Counter(kind.split("|")[0] for kind, _ in outcomes)
     accepted = [latency for kind, latency in outcomes if kind == "ok"]
