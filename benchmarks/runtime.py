@@ -21,7 +21,7 @@ from benchmarks.onnx_variants import OrtClassifier, export_decomposed, quantize_
 from benchmarks.profiles import CHECKPOINTS, REPOSITORY, Profile
 from benchmarks.stats import interleaved, rate, summarize
 from export import sentiment
-from export.data import read_sentiment, seeded_split
+from export.data import sentiment_splits
 from export.onnx_export import count_ops
 from serving.ort_backend.session_config import available_cpus
 
@@ -85,7 +85,7 @@ def accuracy(modules: dict[str, nn.Module], tokenizer: Any, max_tokens: int, pro
     without the sentiment data, only the reason it was not measured."""
     if not data.available(profile.data_dir, "sentiment"):
         return {"not_measured": f"no data at {data.where(profile.data_dir, 'sentiment')}"}
-    test_rows = seeded_split(read_sentiment(profile.data_dir), key=lambda r: r.text)[2]
+    test_rows = sentiment_splits(profile.data_dir)[2]
     if profile.accuracy_limit:
         test_rows = test_rows[: profile.accuracy_limit]
     ids = sentiment.encode(tokenizer, [r.text for r in test_rows], max_tokens)

@@ -25,7 +25,7 @@ from benchmarks.onnx_variants import session
 from benchmarks.profiles import REPOSITORY, Profile
 from benchmarks.stats import interleaved, percentile, summarize, summarize_runs
 from benchmarks.variant_repository import SENTIMENT_MODELS, ServingVariant, build
-from export.data import read_sentiment, seeded_split
+from export.data import sentiment_splits
 from serving.embedded import EmbeddedTriton, ServerOptions, free_ports
 from serving.frontends.base import BatchTokenizer
 
@@ -43,7 +43,7 @@ def request_texts(profile: Profile) -> tuple[list[str], str]:
     the sentiment data the load test's built-in reviews."""
     if not data.available(profile.data_dir, "sentiment"):
         return data.fallback_texts("sentiment"), data.BUILT_IN
-    rows = seeded_split(read_sentiment(profile.data_dir), key=lambda r: r.text)[2]
+    rows = sentiment_splits(profile.data_dir)[2]
     return [row.text for row in rows[: profile.serving_texts]], "sentiment test split"
 
 

