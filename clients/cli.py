@@ -91,14 +91,19 @@ def add_common_flags(parser: argparse.ArgumentParser, with_defaults: bool) -> No
 
 
 def add_option_flags(parser: argparse.ArgumentParser, options: Iterable[Option]) -> None:
-    """One flag per task option, named and bounded by the task definition; unset flags are not sent."""
+    """One flag per task option, named and bounded by the task definition; unset flags are not sent.
+
+    A string option's flag takes only its choices (argparse refuses others before anything is sent); an int
+    option's range is the server's to check, as it is for the SDK."""
     for option in options:
+        typed: dict[str, Any] = (
+            {"type": str, "choices": option.choices} if option.choices else {"type": int, "metavar": "N"}
+        )
         parser.add_argument(
             *option.flags,
             dest=option.keyword,
-            type=int,
-            metavar="N",
-            help=f"{option.help}, {option.low}..{option.high} (server default: {option.default})",
+            help=f"{option.help}, {option.allowed} (server default: {option.default})",
+            **typed,
         )
 
 
@@ -156,9 +161,9 @@ def read_texts(arguments: Sequence[str], stdin: TextIO) -> list[str]:
     return texts
 
 
-def task_options(task: str, args: argparse.Namespace) -> dict[str, int | None]:
+def task_options(task: str, args: argparse.Namespace) -> dict[str, int | str | None]:
     """The keyword arguments of `task`'s client method that the command line set (names match the SDK's)."""
-    return {keyword: getattr(args, keyword, None) for keyword in endpoint(task).int_options}
+    return {keyword: getattr(args, keyword, None) for keyword in endpoint(task).options}
 
 
 def chunks(texts: Sequence[str], size: int) -> Iterator[Sequence[str]]:
@@ -167,14 +172,14 @@ def chunks(texts: Sequence[str], size: int) -> Iterator[Sequence[str]]:
 
 
 def run_task(
-    client: Any, task: str, texts: Sequence[str], options: dict[str, int | None], batch_size: int
+    client: Any, task: str, texts: Sequence[str], options: dict[str, int | str | None], batch_size: int
 ) -> Iterator[tuple[str, Any]]:
     """(text, result) pairs, one request per `batch_size` texts, yielded as each request completes."""
     return run_batches(getattr(client, task), texts, options, batch_size)
 
 
 def run_batches(
-    call: Callable[..., list[Any]], texts: Sequence[str], options: dict[str, int | None], batch_size: int
+    call: Callable[..., list[Any]], texts: Sequence[str], options: dict[str, int | str | None], batch_size: int
 ) -> Iterator[tuple[str, Any]]:
     """`run_task` for any client method that takes a batch of texts and keyword options."""
     for batch in chunks(texts, batch_size):

@@ -83,7 +83,7 @@ class _ClientBase:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(url={self.url!r}, protocol={self.protocol!r}, timeout_s={self.timeout_s})"
 
-    def _prepare(self, endpoint: Endpoint[Any], texts: Texts, options: Mapping[str, int | None]) -> _Request:
+    def _prepare(self, endpoint: Endpoint[Any], texts: Texts, options: Mapping[str, int | str | None]) -> _Request:
         batch = normalize_texts(texts)
         module = self.transport.module(self._asynchronous)
         return _Request(
@@ -112,7 +112,7 @@ def endpoint_help(task: str) -> str:
     """The docstring of a task's method: what it returns and its options, from the definition."""
     definition = get_task(task)
     lines = [f"{definition.summary} (one result per text)."]
-    lines += [f"{o.keyword}: {o.help}, {o.low}..{o.high} (server default {o.default})" for o in definition.options]
+    lines += [f"{o.keyword}: {o.help}, {o.allowed} (server default {o.default})" for o in definition.options]
     return "\n".join(lines)
 
 
@@ -135,17 +135,17 @@ class Client(_ClientBase):
         super().__init__(url, protocol, timeout_s, retry)
         self._triton = self.transport.open(self.url, self.timeout_s, asynchronous=False)
 
-    def infer(self, task: str, texts: Texts, **options: int | None) -> list[Any]:
+    def infer(self, task: str, texts: Texts, **options: int | str | None) -> list[Any]:
         """`task`'s answer for each text; options (e.g. ``num_beams``) left as None get the server's default."""
         return self._infer(endpoint(task), texts, options)
 
     def explain(
-        self, task: str, texts: Texts, **options: int | None
+        self, task: str, texts: Texts, **options: int | str | None
     ) -> list[TranslationAlignment] | list[SentimentAttention]:
         """`task`'s answer plus its tokens and attention matrices, one per text ("translate" or "sentiment")."""
         return self._infer(explain_endpoint(task), texts, explain_options(options))
 
-    def stream(self, task: str, text: str, **options: int | None) -> Iterator[str]:
+    def stream(self, task: str, text: str, **options: int | str | None) -> Iterator[str]:
         """The pieces of `task`'s answer for one text as the server produces them (its `<task>_stream` twin);
         joined, they equal ``client.<task>(text)[0]``. Stopping early cancels the request (see
         clients/streaming.py)."""
@@ -172,7 +172,7 @@ class Client(_ClientBase):
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _infer(self, endpoint: Endpoint[T], texts: Texts, options: Mapping[str, int | None]) -> list[T]:
+    def _infer(self, endpoint: Endpoint[T], texts: Texts, options: Mapping[str, int | str | None]) -> list[T]:
         request = self._prepare(endpoint, texts, options)
 
         def attempt() -> Any:
@@ -200,12 +200,12 @@ class AsyncClient(_ClientBase):
         super().__init__(url, protocol, timeout_s, retry)
         self._opened: Any = None
 
-    async def infer(self, task: str, texts: Texts, **options: int | None) -> list[Any]:
+    async def infer(self, task: str, texts: Texts, **options: int | str | None) -> list[Any]:
         """`task`'s answer for each text; options (e.g. ``num_beams``) left as None get the server's default."""
         return await self._infer(endpoint(task), texts, options)
 
     async def explain(
-        self, task: str, texts: Texts, **options: int | None
+        self, task: str, texts: Texts, **options: int | str | None
     ) -> list[TranslationAlignment] | list[SentimentAttention]:
         """`task`'s answer plus its tokens and attention matrices, one per text ("translate" or "sentiment")."""
         return await self._infer(explain_endpoint(task), texts, explain_options(options))
@@ -237,7 +237,7 @@ class AsyncClient(_ClientBase):
             self._opened = self.transport.open(self.url, self.timeout_s, asynchronous=True)
         return self._opened
 
-    async def _infer(self, endpoint: Endpoint[T], texts: Texts, options: Mapping[str, int | None]) -> list[T]:
+    async def _infer(self, endpoint: Endpoint[T], texts: Texts, options: Mapping[str, int | str | None]) -> list[T]:
         request = self._prepare(endpoint, texts, options)
 
         async def attempt() -> Any:

@@ -1,11 +1,12 @@
 """What the Triton endpoints expect and return, derived from the task definitions (``tasks/*.toml``).
 
-Each public model takes a batch of UTF-8 strings as ``TEXT`` (BYTES, shape [N, 1]) plus optional INT32 knobs
-(shape [N, 1], the same value on every row because the model batches rows from different requests), and
-answers with one row per input. Only the model name, the knobs and how to read the answer differ: that is
-`Endpoint`, built from a task's definition by :func:`endpoint`. A task with one output answers with that value
-per text (a str for a text output); a task with several answers with an instance of its ``result`` class, a
-frozen dataclass whose fields are the outputs' names in lower case (``Sentiment(label, score)``).
+Each public model takes a batch of UTF-8 strings as ``TEXT`` (BYTES, shape [N, 1]) plus optional knobs: INT32, or
+BYTES for a knob that takes one of a few strings (shape [N, 1], the same value on every row because the model
+batches rows from different requests), and answers with one row per input. Only the model name, the knobs and how to
+read the answer differ: that is `Endpoint`, built from a task's definition by :func:`endpoint`. A task with one
+output answers with that value per text (a str for a text output); a task with several answers with an instance of
+its ``result`` class, a frozen dataclass whose fields are the outputs' names in lower case
+(``Sentiment(label, score)``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
-from tasks.definition import TEXT_INPUT, Task, get, registry
+from tasks.definition import TEXT_INPUT, Option, Task, get, registry
 
 from .errors import BAD_RESPONSE, ClientError
 
@@ -44,12 +45,12 @@ Decoder = Callable[[InferResultLike, int], list[T]]
 
 @dataclass(frozen=True)
 class Endpoint(Generic[T]):
-    """One public Triton model: its name, outputs, optional INT32 inputs and how to read its answer."""
+    """One public Triton model: its name, outputs, optional inputs and how to read its answer."""
 
     model: str
     outputs: tuple[str, ...]
     decode: Decoder[T]
-    int_options: Mapping[str, str] = field(default_factory=dict)  # Python keyword -> Triton input name
+    options: Mapping[str, Option] = field(default_factory=dict)  # Python keyword -> the option it sets
 
 
 def normalize_texts(texts: str | Sequence[str]) -> list[str]:
@@ -85,20 +86,36 @@ def int_option_tensor(keyword: str, value: int, rows: int) -> np.ndarray:
     return np.full((rows, 1), value, dtype=np.int32)
 
 
+def string_option_tensor(keyword: str, value: str, rows: int) -> np.ndarray:
+    """A BYTES [rows, 1] tensor repeating `value` as UTF-8, after checking it is a str. Like an int's range,
+    whether it is one of the option's choices is left to the server, whose error names them."""
+    if not isinstance(value, str):
+        raise TypeError(f"{keyword} must be a str, got {type(value).__name__}")
+    return np.full((rows, 1), value.encode("utf-8"), dtype=np.object_)
+
+
+def option_tensor(option: Option, value: int | str, rows: int) -> np.ndarray:
+    """The tensor of `option` set to `value` on every row: BYTES for a string option, else INT32."""
+    if option.choices:
+        return string_option_tensor(option.keyword, value, rows)
+    return int_option_tensor(option.keyword, value, rows)
+
+
 def build_inputs(
     endpoint: Endpoint[Any],
     texts: Sequence[str],
-    options: Mapping[str, int | None],
+    options: Mapping[str, int | str | None],
     infer_input: InferInputFactory,
 ) -> list[Any]:
     """The InferInput list for one request; options left as None are not sent, so server defaults apply."""
-    unknown = set(options) - set(endpoint.int_options)
+    unknown = set(options) - set(endpoint.options)
     if unknown:
         raise TypeError(f"{endpoint.model} does not take {', '.join(sorted(unknown))}")
     tensors = {TEXT_INPUT: text_tensor(texts)}
     for keyword, value in options.items():
         if value is not None:
-            tensors[endpoint.int_options[keyword]] = int_option_tensor(keyword, value, len(texts))
+            option = endpoint.options[keyword]
+            tensors[option.input] = option_tensor(option, value, len(texts))
     return [_to_infer_input(name, array, infer_input) for name, array in tensors.items()]
 
 
@@ -171,9 +188,9 @@ def _decoder(task: Task) -> Decoder[Any]:
     return decode
 
 
-def options_of(task: Task) -> Mapping[str, str]:
-    """Python keyword -> Triton input name, for the task's options."""
-    return {option.keyword: option.input for option in task.options}
+def options_of(task: Task) -> Mapping[str, Option]:
+    """Python keyword -> option, for the task's options."""
+    return {option.keyword: option for option in task.options}
 
 
 @cache

@@ -24,41 +24,44 @@ from typing import Any
 
 import numpy as np
 
+from tasks.definition import Option
 from tasks.definition import get as get_task
 
-from .endpoints import int_option_tensor, text_tensor
+from .endpoints import option_tensor, options_of, text_tensor
 from .errors import BAD_RESPONSE, ClientError, translated_errors
 
 FINAL = "triton_final_response"
 
 
-def stream_model(task: str) -> tuple[str, str, Mapping[str, str]]:
-    """(the streaming twin's name, its text output, keyword -> input name) for `task`."""
+def stream_model(task: str) -> tuple[str, str, Mapping[str, Option]]:
+    """(the streaming twin's name, its text output, keyword -> option) for `task`."""
     definition = get_task(task)
     if definition.stream is None:
         raise ValueError(f"{task} has no streaming twin (its definition does not say stream = true)")
-    return definition.stream.name, definition.stream.outputs[0].name, {o.keyword: o.input for o in definition.options}
+    return definition.stream.name, definition.stream.outputs[0].name, options_of(definition)
 
 
-def _inputs(text: str, options: Mapping[str, int | None], names: Mapping[str, str]) -> dict[str, np.ndarray]:
+def _inputs(text: str, options: Mapping[str, int | str | None], known: Mapping[str, Option]) -> dict[str, np.ndarray]:
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
-    unknown = set(options) - set(names)
+    unknown = set(options) - set(known)
     if unknown:
         raise TypeError(f"does not take {', '.join(sorted(unknown))}")
     tensors = {"TEXT": text_tensor([text])}
     for keyword, value in options.items():
         if value is not None:
-            tensors[names[keyword]] = int_option_tensor(keyword, value, 1)
+            tensors[known[keyword].input] = option_tensor(known[keyword], value, 1)
     return tensors
 
 
-def grpc_stream(url: str, timeout_s: float, task: str, text: str, options: Mapping[str, int | None]) -> Iterator[str]:
+def grpc_stream(
+    url: str, timeout_s: float, task: str, text: str, options: Mapping[str, int | str | None]
+) -> Iterator[str]:
     import tritonclient.grpc as grpcclient
 
-    model, output, names = stream_model(task)
+    model, output, known = stream_model(task)
     inputs = []
-    for name, array in _inputs(text, options, names).items():
+    for name, array in _inputs(text, options, known).items():
         tensor = grpcclient.InferInput(name, list(array.shape), "BYTES" if array.dtype == np.object_ else "INT32")
         tensor.set_data_from_numpy(array)
         inputs.append(tensor)
@@ -88,9 +91,11 @@ def grpc_stream(url: str, timeout_s: float, task: str, text: str, options: Mappi
         client.close()
 
 
-def http_stream(url: str, timeout_s: float, task: str, text: str, options: Mapping[str, int | None]) -> Iterator[str]:
-    model, output, names = stream_model(task)
-    body = {name: array.reshape(-1)[0] for name, array in _inputs(text, options, names).items()}
+def http_stream(
+    url: str, timeout_s: float, task: str, text: str, options: Mapping[str, int | str | None]
+) -> Iterator[str]:
+    model, output, known = stream_model(task)
+    body = {name: array.reshape(-1)[0] for name, array in _inputs(text, options, known).items()}
     body = {name: value.decode("utf-8") if isinstance(value, bytes) else int(value) for name, value in body.items()}
     request = urllib.request.Request(
         f"http://{url}/v2/models/{model}/generate_stream",

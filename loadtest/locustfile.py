@@ -26,7 +26,7 @@ import numpy as np  # noqa: E402
 import tritonclient.grpc as grpcclient  # noqa: E402
 from locust import HttpUser, User, constant, events, task  # noqa: E402
 
-from loadtest.texts import default_mix, inputs_for, load_texts, option_flag, parse_mix  # noqa: E402
+from loadtest.texts import add_option_flags, default_mix, inputs_for, load_texts, parse_mix  # noqa: E402
 from loadtest.texts import options as task_options  # noqa: E402
 from tasks.definition import registry  # noqa: E402
 
@@ -44,8 +44,7 @@ def _add_arguments(parser: Any) -> None:
     group.add_argument("--grpc-host", default="127.0.0.1:8001", help="Triton gRPC address host:port")
     group.add_argument("--mix", default=default_mix(), help="endpoint weights")
     group.add_argument("--data-dir", default="", help="data directory with the test sets (else built-in texts)")
-    for keyword, option in task_options().items():
-        group.add_argument(option_flag(keyword), type=int, default=0, help=f"{option.input} (0: server default)")
+    add_option_flags(group)
     group.add_argument("--request-timeout", type=float, default=60.0, help="seconds per request")
 
 
@@ -73,8 +72,13 @@ def _pick() -> tuple[str, str]:
     return endpoint, random.choice(SETTINGS["texts"][endpoint])
 
 
-def _int_options(endpoint: str) -> dict[str, int]:
+def _options(endpoint: str) -> dict[str, int | str]:
     return inputs_for(endpoint, SETTINGS["option_values"])
+
+
+def _datatype(value: int | str) -> str:
+    """A string option's value goes as BYTES, an int option's as INT32 (inputs_for keeps the flags' types)."""
+    return "BYTES" if isinstance(value, str) else "INT32"
 
 
 class GrpcTritonUser(User):
@@ -93,9 +97,12 @@ class GrpcTritonUser(User):
         endpoint, text = _pick()
         inputs = [grpcclient.InferInput("TEXT", [1, 1], "BYTES")]
         inputs[0].set_data_from_numpy(np.array([[text.encode("utf-8")]], dtype=np.object_))
-        for name, value in _int_options(endpoint).items():
-            tensor = grpcclient.InferInput(name, [1, 1], "INT32")
-            tensor.set_data_from_numpy(np.array([[value]], dtype=np.int32))
+        for name, value in _options(endpoint).items():
+            tensor = grpcclient.InferInput(name, [1, 1], _datatype(value))
+            if isinstance(value, str):
+                tensor.set_data_from_numpy(np.array([[value.encode("utf-8")]], dtype=np.object_))
+            else:
+                tensor.set_data_from_numpy(np.array([[value]], dtype=np.int32))
             inputs.append(tensor)
         start = time.perf_counter()
         exception: Exception | None = None
@@ -105,7 +112,8 @@ class GrpcTritonUser(User):
             column = result.as_numpy(output_of(endpoint))
             if column is None or column.shape != (1, 1):
                 raise ValueError(f"{endpoint}: expected output {output_of(endpoint)} with shape [1, 1]")
-            length = len(column[0, 0])
+            answer = column[0, 0]  # a text answer counts its bytes; a number (an FP32 output) its array's
+            length = len(answer) if isinstance(answer, bytes) else column.nbytes
         except Exception as err:  # noqa: BLE001 - every failure is reported to locust, none ends the user
             exception = err
         events.request.fire(
@@ -128,8 +136,8 @@ class HttpTritonUser(HttpUser):
         endpoint, text = _pick()
         inputs = [{"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", "data": [text]}]
         inputs += [
-            {"name": name, "shape": [1, 1], "datatype": "INT32", "data": [value]}
-            for name, value in _int_options(endpoint).items()
+            {"name": name, "shape": [1, 1], "datatype": _datatype(value), "data": [value]}
+            for name, value in _options(endpoint).items()
         ]
         with self.client.post(
             f"/v2/models/{endpoint}/infer",

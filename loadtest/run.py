@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 
 from loadtest.report import write_report
-from loadtest.texts import default_mix, option_flag, options, parse_mix
+from loadtest.texts import add_option_flags, default_mix, option_flag, options, parse_mix
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
@@ -48,8 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mix", default=default_mix(), help="endpoint weights (default: %(default)s)")
     p.add_argument("--protocols", default="grpc,http", help="grpc, http or both (users split evenly)")
     p.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"), help="test sets (else built-in)")
-    for keyword, option in options().items():
-        p.add_argument(option_flag(keyword), type=int, default=0, help=f"{option.input} (0: server default)")
+    add_option_flags(p)
     p.add_argument("--max-failure-ratio", type=float, default=0.01, help="fail above this (default: %(default)s)")
     p.add_argument("--max-p99-ms", type=float, default=10_000, help="fail above this p99 (default: %(default)s)")
     p.add_argument("--results-dir", type=Path, default=ROOT / "loadtest" / "results", help="parent of the run dir")
@@ -101,7 +100,13 @@ def locust_command(args: argparse.Namespace, out_dir: Path) -> list[str]:
         args.mix,
         "--data-dir",
         args.data_dir,
-        *(arg for keyword in options() for arg in (option_flag(keyword), str(getattr(args, keyword)))),
+        # only the options that were set: "" is no string option's choice, and locust's own default is "unset"
+        *(
+            arg
+            for keyword in options()
+            if getattr(args, keyword)
+            for arg in (option_flag(keyword), str(getattr(args, keyword)))
+        ),
         "--csv",
         str(out_dir / PREFIX),
         "--csv-full-history",

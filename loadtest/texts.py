@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
+from typing import Any
 
 from tasks.definition import LoadTexts, Option, registry
 
@@ -30,8 +31,21 @@ def option_flag(keyword: str) -> str:
     return "--" + keyword.replace("_", "-")
 
 
-def inputs_for(endpoint: str, values: dict[str, int]) -> dict[str, int]:
-    """Triton input name -> value for the options of `endpoint` that were set (0 means the server default)."""
+def add_option_flags(parser: Any) -> None:
+    """A flag per option for the runner and the locustfile (an argparse parser or group): an int, or one of a
+    string option's choices; unset (0 or "") leaves the server's default."""
+    for keyword, option in options().items():
+        if option.choices:
+            parser.add_argument(
+                option_flag(keyword), choices=option.choices, default="", help=f"{option.input} (unset: server default)"
+            )
+        else:
+            parser.add_argument(option_flag(keyword), type=int, default=0, help=f"{option.input} (0: server default)")
+
+
+def inputs_for(endpoint: str, values: dict[str, int | str]) -> dict[str, int | str]:
+    """Triton input name -> value for the options of `endpoint` that were set (0 or "" means the server default).
+    A str value goes as BYTES, an int as INT32 (the flags give each option's values its type)."""
     return {o.input: values[o.keyword] for o in registry()[endpoint].options if values.get(o.keyword)}
 
 

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         tasks = {name: task for name, task in tasks.items() if name in args.task}
     if args.command == "list":
         for task in tasks.values():
-            options = ", ".join(f"{o.keyword} {o.low}..{o.high} (default {o.default})" for o in task.options)
+            options = "; ".join(f"{o.keyword} {o.allowed} (default {o.default})" for o in task.options)
             endpoints = ", ".join(e.name for e in task.endpoints())
             print(f"{task.name}\t{endpoints}\t{options or 'no options'}\t{task.source}")
         return 0

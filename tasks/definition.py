@@ -1,10 +1,11 @@
 """A task's contract, read from its definition file (``tasks/<name>.toml``).
 
-Everything that makes a task an endpoint is declared there once: its options (the optional INT32 inputs next
-to ``TEXT``, with defaults and ranges), its outputs, the ONNX models its front model calls, the assets the front
-model reads, batching, queue and instance settings, an optional explain twin, and where the load test finds
-texts. The Triton configs are generated from it (:mod:`tasks.triton_config`), the front models read it at
-start-up, and the SDK, the CLI and the load test derive their methods, commands and entries from it.
+Everything that makes a task an endpoint is declared there once: its options (optional inputs next to ``TEXT``, one
+value per request: an INT32 with a default and a range, or a BYTES string with a default and its choices), its
+outputs, the ONNX models its front model calls, the assets the front model reads, batching, queue and instance
+settings, an optional explain twin, and where the load test finds texts. The Triton configs are generated from it
+(:mod:`tasks.triton_config`), the front models read it at start-up, and the SDK, the CLI and the load test derive
+their methods, commands and entries from it.
 
 This module needs only the standard library: the Python backend stubs, the client SDK and locust import it.
 """
@@ -41,15 +42,30 @@ class Tensor:
 
 @dataclass(frozen=True)
 class Option:
-    """An optional INT32 input, one value per request: the SDK keyword, the CLI flags and the Triton input."""
+    """An optional input, one value per request: the SDK keyword, the CLI flags and the Triton input.
+
+    An int option (INT32) accepts ``low..high``; a string option (BYTES, UTF-8) accepts one of ``choices``. Which
+    kind it is follows from ``choices``, so the two can never disagree; a string option's ``low``/``high`` are 0.
+    """
 
     keyword: str
     input: str
-    default: int
-    low: int
-    high: int
+    default: int | str
     help: str
     flags: tuple[str, ...]
+    low: int = 0
+    high: int = 0
+    choices: tuple[str, ...] = ()  # empty for an int option
+
+    @property
+    def type(self) -> str:
+        """The element type of its Triton input, as in :data:`TENSOR_TYPES`: "string" or "int32"."""
+        return "string" if self.choices else "int32"
+
+    @property
+    def allowed(self) -> str:
+        """The values it accepts, for help texts: ``1..8`` or ``one of abstractive, extractive``."""
+        return f"one of {', '.join(self.choices)}" if self.choices else f"{self.low}..{self.high}"
 
 
 @dataclass(frozen=True)
@@ -234,15 +250,26 @@ def _tensors(r: _Reader, key: str) -> tuple[Tensor, ...]:
 
 
 def _option(keyword: str, r: _Reader) -> Option:
-    r.check_known("input", "default", "range", "help", "flags")
-    low, high = _pair(r, "range")
-    default = r.get("default", int)
-    if not low <= default <= high:
-        raise r.fail("default", f"{default} is outside range [{low}, {high}]")
+    r.check_known("input", "default", "range", "choices", "help", "flags")
     flags = tuple(r.get("flags", list, ["--" + keyword.replace("_", "-")]))
     if not all(isinstance(f, str) and f.startswith("--") for f in flags):
         raise r.fail("flags", f"must be command-line flags like '--{keyword}', got {list(flags)!r}")
-    return Option(keyword, r.get("input", str), default, low, high, r.get("help", str), flags)
+    common = {"keyword": keyword, "input": r.get("input", str), "help": r.get("help", str), "flags": flags}
+    if "choices" not in r.table:
+        low, high = _pair(r, "range")
+        default = r.get("default", int)
+        if not low <= default <= high:
+            raise r.fail("default", f"{default} is outside range [{low}, {high}]")
+        return Option(**common, default=default, low=low, high=high)
+    if "range" in r.table:
+        raise r.fail("range/choices", "give one: range = [low, high] (an int option) or choices = [...] (a string)")
+    choices = r.get("choices", list)
+    if not choices or not all(isinstance(c, str) and c for c in choices) or len(set(choices)) != len(choices):
+        raise r.fail("choices", f"must be a non-empty list of distinct non-empty strings, got {choices!r}")
+    default = r.get("default", str)
+    if default not in choices:
+        raise r.fail("default", f"{default!r} is not one of the choices {choices!r}")
+    return Option(**common, default=default, choices=tuple(choices))
 
 
 def _pair(r: _Reader, key: str) -> tuple[int, int]:

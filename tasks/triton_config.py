@@ -41,7 +41,7 @@ def front_config(task: Task, endpoint: Endpoint) -> str:
     _add_tensor(config.input.add(), Tensor(TEXT_INPUT, "string"))
     for option in task.options:
         entry = config.input.add()
-        _add_tensor(entry, Tensor(option.input, "int32"))
+        _add_tensor(entry, Tensor(option.input, option.type))  # INT32 or (a string option) BYTES, dims [1]
         entry.optional = True
     for tensor in endpoint.outputs:
         _add_tensor(config.output.add(), tensor)
@@ -57,7 +57,7 @@ def front_config(task: Task, endpoint: Endpoint) -> str:
     if endpoint.precision != "fp32":
         config.parameters["precision"].string_value = endpoint.precision
     options = ", ".join(o.input for o in task.options)
-    optional = f" and optional {options} (defaults and ranges: tasks/{task.source.name})" if options else ""
+    optional = f" and optional {options} ({_limits(task)}: tasks/{task.source.name})" if options else ""
     variant = (
         f"Front model (Python backend): TEXT{optional}. At most "
         f"{endpoint.queue_size} requests wait; a full queue, or a request that waited {endpoint.queue_timeout_s:g} s, "
@@ -65,6 +65,14 @@ def front_config(task: Task, endpoint: Endpoint) -> str:
         + (" Decoupled: a stream of responses per request, the last flagged final." if endpoint.decoupled else "")
     )
     return _header(task, endpoint.about, variant) + _text(config)
+
+
+def _limits(task: Task) -> str:
+    """What the definition says about the options: "defaults and ranges", "defaults and choices" or both."""
+    words = ["defaults"]
+    words += ["ranges"] if any(not o.choices for o in task.options) else []
+    words += ["choices"] if any(o.choices for o in task.options) else []
+    return ", ".join(words[:-1]) + " and " + words[-1]
 
 
 def onnx_config(task: Task, model: OnnxModel, variant: str | None) -> str:

@@ -8,6 +8,7 @@ against an in-memory stand-in for `Client`. One test talks to a real, closed por
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import io
 import json
@@ -37,11 +38,13 @@ from clients import (
     cli,
 )
 from clients.endpoints import (
+    Endpoint,
     build_inputs,
     endpoint,
     endpoints,
     int_option_tensor,
     normalize_texts,
+    string_option_tensor,
     text_tensor,
 )
 from clients.errors import (
@@ -52,12 +55,20 @@ from clients.errors import (
     translated_errors,
 )
 from clients.retry import call_with_retry, call_with_retry_async
+from clients.streaming import _inputs as stream_inputs
 from clients.transport import TRANSPORTS, normalize_url, transport_for
+from tasks.definition import Option
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SENTIMENT, TRANSLATE, SUMMARIZE = endpoint("sentiment"), endpoint("translate"), endpoint("summarize")
 TEXTS = ["这部电影不差", "我爱你。", "😀 emoji and ascii"]
 NO_WAIT = RetryPolicy(max_attempts=3, base_delay_s=0.0, max_delay_s=0.0)
+# An endpoint with an int and a string option, as a definition declares them (built from translate's, which
+# has only ints, so these tests do not follow the built-in tasks' options).
+MODE = Option("mode", "MODE", "abstractive", "how to summarize", ("--mode",), choices=("abstractive", "extractive"))
+MODED = Endpoint(
+    "moded", TRANSLATE.outputs, TRANSLATE.decode, {"num_beams": TRANSLATE.options["num_beams"], "mode": MODE}
+)
 
 
 # --- helpers -----------------------------------------------------
@@ -198,6 +209,37 @@ def test_option_range_is_left_to_the_server() -> None:
     assert int_option_tensor("num_beams", np.int64(3), 1).tolist() == [[3]]
 
 
+def test_a_string_option_becomes_a_bytes_column_repeating_the_utf8_value() -> None:
+    inputs = build_inputs(MODED, TEXTS, {"mode": "extractive", "num_beams": 2}, RecordingInput)
+    by_name = {tensor.name: tensor for tensor in inputs}
+    assert list(by_name) == ["TEXT", "MODE", "NUM_BEAMS"]
+    assert (by_name["MODE"].datatype, by_name["MODE"].shape) == ("BYTES", [3, 1])
+    assert by_name["MODE"].data is not None and by_name["MODE"].data.dtype == np.object_
+    assert by_name["MODE"].data.tolist() == [[b"extractive"]] * 3
+    assert by_name["NUM_BEAMS"].datatype == "INT32"
+    # the streaming twin's request carries it the same way
+    assert stream_inputs("长文", {"mode": "extractive"}, {"mode": MODE})["MODE"].tolist() == [[b"extractive"]]
+
+
+@pytest.mark.parametrize("infer_input", [triton_grpc.InferInput, triton_http.InferInput])
+def test_real_infer_inputs_accept_a_string_option(infer_input: Any) -> None:
+    inputs = build_inputs(MODED, TEXTS[:1], {"mode": "abstractive"}, infer_input)
+    assert [(i.name(), i.datatype(), i.shape()) for i in inputs] == [
+        ("TEXT", "BYTES", [1, 1]),
+        ("MODE", "BYTES", [1, 1]),
+    ]
+
+
+@pytest.mark.parametrize("value", [1, b"extractive", ["extractive"]])
+def test_a_string_option_value_must_be_a_str(value: Any) -> None:
+    with pytest.raises(TypeError, match="mode must be a str"):
+        build_inputs(MODED, TEXTS, {"mode": value}, RecordingInput)
+
+
+def test_choices_are_left_to_the_server_like_ranges() -> None:
+    assert string_option_tensor("mode", "poetry", 2).tolist() == [[b"poetry"], [b"poetry"]]
+
+
 def test_every_endpoint_sends_what_the_served_config_takes_and_asks_for_what_it_returns() -> None:
     """The SDK's requests fit the committed Triton config of each endpoint (read as Triton reads it)."""
     from google.protobuf import text_format
@@ -209,7 +251,7 @@ def test_every_endpoint_sends_what_the_served_config_takes_and_asks_for_what_it_
         )
         optional = {i.name for i in config.input if i.optional}
         required = {i.name for i in config.input if not i.optional}
-        assert required == {"TEXT"} and set(e.int_options.values()) == optional, name
+        assert required == {"TEXT"} and {o.input for o in e.options.values()} == optional, name
         assert set(e.outputs) == {o.name for o in config.output}, name
 
 
@@ -594,6 +636,21 @@ def test_cli_rejects_bad_command_lines_with_usage_exit(argv: list[str], capsys: 
         cli.main(argv)
     assert caught.value.code == cli.EXIT_USAGE
     assert "usage:" in capsys.readouterr().err
+
+
+def test_cli_string_option_flag_takes_only_its_choices(capsys: Any) -> None:
+    parser = argparse.ArgumentParser(prog="summarize")
+    cli.add_option_flags(parser, [MODE, *TRANSLATE.options.values()])
+    args = parser.parse_args(["--mode", "extractive", "--beams", "3"])
+    assert (args.mode, args.num_beams, args.max_new_tokens) == ("extractive", 3, None)
+    assert parser.parse_args([]).mode is None  # unset: not sent, the server's default applies
+    with pytest.raises(SystemExit) as caught:
+        parser.parse_args(["--mode", "poetry"])
+    assert caught.value.code == cli.EXIT_USAGE
+    assert "invalid choice: 'poetry'" in capsys.readouterr().err
+    assert "how to summarize, one of abstractive, extractive (server default: abstractive)" in " ".join(
+        parser.format_help().split()
+    )
 
 
 def test_cli_help_shows_examples(capsys: Any) -> None:

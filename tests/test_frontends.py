@@ -1,5 +1,7 @@
 """Front-model helpers, called directly (no server): validation, batch tokenization, outputs."""
 
+import re
+
 import numpy as np
 import pytest
 from tokenizers import Tokenizer
@@ -9,6 +11,7 @@ from serving.frontends.base import (
     BatchTokenizer,
     Encoded,
     InputError,
+    decode_choice_option,
     decode_int_option,
     decode_texts,
     length_buckets,
@@ -61,6 +64,42 @@ def test_int_option_range_and_consistency():
         decode_int_option(np.array([[9]], dtype=np.int32), "NUM_BEAMS", 1, 4, 1, 8)
     with pytest.raises(InputError, match="the same for every text"):
         decode_int_option(np.array([[1], [2]], dtype=np.int32), "NUM_BEAMS", 2, 4, 1, 8)
+
+
+MODES = ("abstractive", "extractive")
+
+
+def test_choice_option_is_one_string_per_request_among_the_choices():
+    assert decode_choice_option(None, "MODE", 2, "abstractive", MODES) == "abstractive"
+    assert decode_choice_option(as_bytes_tensor(b"extractive", b"extractive"), "MODE", 2, "abstractive", MODES) == (
+        "extractive"
+    )
+    assert decode_choice_option(as_bytes_tensor("extractive"), "MODE", 3, "abstractive", MODES) == "extractive"
+
+
+@pytest.mark.parametrize(
+    "raw,message,reason",
+    [
+        (as_bytes_tensor(b"short"), "MODE must be one of abstractive, extractive, got 'short'", "option_out_of_range"),
+        (as_bytes_tensor(b"Extractive"), "got 'Extractive'", "option_out_of_range"),  # no case folding
+        (as_bytes_tensor(b"abstractive", b"extractive"), "the same for every text", "option_mismatch"),
+        (as_bytes_tensor(b"\xffx"), "MODE is not valid UTF-8", "invalid_utf8"),
+        (
+            np.array([[1]], dtype=np.int32),
+            "MODE must be BYTES (UTF-8 text: one of abstractive, extractive)",
+            "bad_datatype",
+        ),
+        (
+            as_bytes_tensor(b"extractive", b"extractive", b"extractive"),
+            "one value per text (shape [2, 1])",
+            "bad_shape",
+        ),
+    ],
+)
+def test_choice_option_names_the_input_and_the_allowed_values(raw, message, reason):
+    with pytest.raises(InputError, match=re.escape(message)) as err:
+        decode_choice_option(raw, "MODE", 2, "abstractive", MODES)
+    assert err.value.reason == reason
 
 
 def test_batch_tokenizer_pads_once_to_multiple_of_eight_and_truncates(tokenizer):

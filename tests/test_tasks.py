@@ -15,7 +15,7 @@ from onnx import TensorProto, helper
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from clients import Client, ClientError
-from loadtest.texts import load_texts, parse_mix
+from loadtest.texts import add_option_flags, inputs_for, load_texts, parse_mix
 from serving.embedded import EmbeddedTriton, ServerOptions, free_ports
 from tasks import PATH_VARIABLE, DefinitionError, load, registry, triton_config
 
@@ -41,15 +41,32 @@ def test_drift_is_reported_per_file(tmp_path):
     ]
 
 
-def test_the_front_config_carries_every_option_as_an_optional_int32_input():
+def test_the_front_config_carries_every_option_as_an_optional_input_of_its_type(wordcount_folder):
     from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2
+    from tritonclient.grpc import model_config_pb2 as pb
 
-    task = registry(())["summarize"]
-    config = text_format.Parse(triton_config.front_config(task, task.endpoint), model_config_pb2.ModelConfig())
-    optional = {i.name: i.data_type for i in config.input if i.optional}
-    assert optional == {o.input: model_config_pb2.TYPE_INT32 for o in task.options}
-    assert config.dynamic_batching.default_queue_policy.max_queue_size == task.endpoint.queue_size
+    translate, wordcount = registry(())["translate"], load(wordcount_folder / "wordcount.toml")
+    for task, expected in (
+        (translate, {"MAX_NEW_TOKENS": pb.TYPE_INT32, "NUM_BEAMS": pb.TYPE_INT32}),
+        (wordcount, {"SCALE": pb.TYPE_INT32, "UNIT": pb.TYPE_STRING}),  # a string option is BYTES
+    ):
+        text = triton_config.front_config(task, task.endpoint)
+        config = text_format.Parse(text, pb.ModelConfig())
+        optional = {i.name: (i.data_type, list(i.dims)) for i in config.input if i.optional}
+        assert optional == {name: (kind, [1]) for name, kind in expected.items()}
+        assert config.dynamic_batching.default_queue_policy.max_queue_size == task.endpoint.queue_size
+    assert "optional SCALE, UNIT (defaults, ranges and choices: tasks/wordcount.toml)" in " ".join(
+        line.lstrip("# ") for line in text.splitlines()
+    )
+
+
+def test_a_string_option_has_choices_and_a_default_among_them(wordcount_folder):
+    scale, unit = load(wordcount_folder / "wordcount.toml").options
+    assert (scale.type, scale.default, scale.low, scale.high, scale.choices) == ("int32", 1, 1, 10, ())
+    assert (unit.type, unit.default, unit.choices, unit.flags) == ("string", "words", ("words", "chars"), ("--unit",))
+    assert (scale.allowed, unit.allowed) == ("1..10", "one of words, chars")
+    listed = run("-m", "tasks", "list", "--task", "wordcount").stdout
+    assert "scale 1..10 (default 1); unit one of words, chars (default words)" in listed
 
 
 BAD_DEFINITIONS = {
@@ -58,6 +75,26 @@ BAD_DEFINITIONS = {
     "unknown type": ('type = "fp32", dims = [-1, -1, -1] }', 'type = "fp16", dims = [-1] }', "type: must be one of"),
     "model without a source": ('export = "export.build_repository:explainer"\n', "", "give exactly one"),
     "unknown precision": ("threads = 2\n", 'threads = 2\nprecision = "int4"\n', "precision: must be fp32 or int8"),
+    # string options: `choices` instead of `range`, and a default among them
+    "range and choices": ("range = [1, 8]", 'range = [1, 8]\nchoices = ["a"]', "range/choices: give one"),
+    "default not a choice": (
+        "default = 4\nrange = [1, 8]",
+        'default = "x"\nchoices = ["a", "b"]',
+        "default: 'x' is not one",
+    ),
+    "int default of a string option": (
+        "default = 4\nrange = [1, 8]",
+        'default = 4\nchoices = ["a"]',
+        "default: must be str",
+    ),
+    "string default of an int option": ("default = 4\n", 'default = "4"\n', "default: must be int, got '4'"),
+    "empty choices": (
+        "default = 4\nrange = [1, 8]",
+        'default = "a"\nchoices = []',
+        "choices: must be a non-empty list",
+    ),
+    "repeated choice": ("default = 4\nrange = [1, 8]", 'default = "a"\nchoices = ["a", "a"]', "distinct non-empty"),
+    "empty choice": ("default = 4\nrange = [1, 8]", 'default = "a"\nchoices = ["a", ""]', "distinct non-empty"),
 }
 
 
@@ -91,6 +128,12 @@ input = "SCALE"
 default = 1
 range = [1, 10]
 help = "multiply the count"
+
+[options.unit]
+input = "UNIT"
+default = "words"
+choices = ["words", "chars"]
+help = "what to count"
 
 [endpoint]
 front = "wordcount:WordCountFront"
@@ -128,8 +171,11 @@ class WordCountFront(FrontModel):
     def run_group(self, texts, options):
         batch = self.encode(self.tokenizer, texts)
         feeds = {"input_ids": batch.ids, "attention_mask": batch.mask}
-        counts = self.bls(self.models["counter"], feeds, ["count"])["count"]
-        return [(float(count) * dict(options)["scale"],) for count in counts[:, 0]]
+        counts = self.bls(self.models["counter"], feeds, ["count"])["count"][:, 0]
+        settings = dict(options)  # {"scale": an int, "unit": a str}
+        if settings["unit"] == "chars":
+            counts = [len(text) for text in texts]
+        return [(float(count) * settings["scale"],) for count in counts]
 '''
 
 
@@ -197,10 +243,27 @@ def test_a_task_of_ones_own_is_its_definition_a_module_and_data(wordcount_folder
                     client.wordcount("one", scale=11)
                 with pytest.raises(TypeError, match="does not take num_beams"):
                     client.wordcount("one", num_beams=2)
-        # the CLI command, with its option flag and help from the definition
+                # a string option: sent as BYTES, one of its choices, the default when left out
+                assert client.wordcount(["one two", "three"], unit="chars", scale=2) == [14.0, 10.0]
+                assert client.wordcount("one two", unit="words") == client.wordcount("one two") == [2.0]
+                with pytest.raises(ClientError, match=r"UNIT must be one of words, chars, got 'bytes'") as refused:
+                    client.wordcount("one", unit="bytes")
+                assert refused.value.status == {"grpc": "StatusCode.INVALID_ARGUMENT", "http": "400"}[protocol]
+        # the CLI command, with its option flags and help from the definition
         cli = run("-m", "clients", "wordcount", "one two", "three", "--scale", "2", "--url", server.grpc_url)
         assert cli.stdout.split() == ["4.0", "2.0"]
-        assert "multiply the count, 1..10 (server default: 1)" in run("-m", "clients", "wordcount", "--help").stdout
+        cli = run("-m", "clients", "wordcount", "one two", "--unit", "chars", "--url", server.grpc_url)
+        assert cli.stdout.split() == ["7.0"]
+        usage = " ".join(run("-m", "clients", "wordcount", "--help").stdout.split())  # unwrapped
+        assert "multiply the count, 1..10 (server default: 1)" in usage
+        assert "what to count, one of words, chars (server default: words)" in usage
+        # the load test sends the string option as BYTES over gRPC and HTTP JSON (INT32 would fail every request)
+        loadtest = run(
+            "-m", "loadtest.run", "--host", server.http_url, "--grpc-host", server.grpc_url, "--users", "2",
+            "--duration", "2s", "--mix", "wordcount:1", "--unit", "chars", "--scale", "2",
+            "--results-dir", str(tmp_path / "loadtest"), "--max-failure-ratio", "0",
+        )  # fmt: skip
+        assert "PASS" in loadtest.stdout, loadtest.stdout
     finally:
         server.stop()
 
@@ -208,6 +271,20 @@ def test_a_task_of_ones_own_is_its_definition_a_module_and_data(wordcount_folder
     texts, sources = load_texts(None)
     assert texts["wordcount"] == ["one two three", "four five"] and sources["wordcount"] == "built-in list"
     assert parse_mix("wordcount:1")["wordcount"] == 1.0
+
+
+def test_the_load_test_takes_a_string_option_by_its_choices(wordcount_folder):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_option_flags(parser)
+    args = parser.parse_args(["--unit", "chars"])
+    assert (args.unit, args.scale, parser.parse_args([]).unit) == ("chars", 0, "")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--unit", "bytes"])
+    # set options only, each with its type: a str goes as BYTES, an int as INT32
+    assert inputs_for("wordcount", {"unit": "chars", "scale": 0}) == {"UNIT": "chars"}
+    assert inputs_for("wordcount", {"unit": "", "scale": 3}) == {"SCALE": 3}
 
 
 def test_the_task_path_must_name_folders(monkeypatch, tmp_path):

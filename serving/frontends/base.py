@@ -103,6 +103,43 @@ def decode_int_option(raw: np.ndarray | None, name: str, rows: int, default: int
     return value
 
 
+def decode_choice_option(raw: np.ndarray | None, name: str, rows: int, default: str, choices: Sequence[str]) -> str:
+    """An optional BYTES [N, 1] setting: one UTF-8 value for the whole request, one of `choices`.
+
+    A value outside the choices counts as "option_out_of_range", like an int outside its range: one reason for
+    "a setting the task does not accept", whatever its type.
+    """
+    if raw is None:
+        return default
+    arr = np.asarray(raw)
+    allowed = ", ".join(choices)
+    if arr.dtype != np.object_:
+        raise InputError(f"{name} must be BYTES (UTF-8 text: one of {allowed}), got {arr.dtype}", "bad_datatype")
+    if arr.size not in (1, rows):
+        raise InputError(
+            f"{name} must hold one value per text (shape [{rows}, 1]), got shape {list(arr.shape)}", "bad_shape"
+        )
+    values: set[str] = set()
+    for item in arr.reshape(-1).tolist():
+        if isinstance(item, str):
+            values.add(item)
+            continue
+        if not isinstance(item, bytes | bytearray):
+            raise InputError(f"{name} must be UTF-8 bytes, got {type(item).__name__}", "bad_datatype")
+        try:
+            values.add(bytes(item).decode("utf-8"))
+        except UnicodeDecodeError as err:
+            raise InputError(f"{name} is not valid UTF-8 ({err.reason} at byte {err.start})", "invalid_utf8") from None
+    if len(values) != 1:
+        raise InputError(
+            f"{name} must be the same for every text of a request, got {sorted(values)}", "option_mismatch"
+        )
+    value = values.pop()
+    if value not in choices:
+        raise InputError(f"{name} must be one of {allowed}, got {value!r}", "option_out_of_range")
+    return value
+
+
 @dataclass
 class Encoded:
     """A padded batch: ids/mask [B, S] int64 with S a multiple of 8, plus per-row bookkeeping."""
@@ -241,18 +278,21 @@ class FrontModel:
         self.metrics.encoded(batch.lengths, batch.truncated)
         return batch
 
-    def parse_options(self, request: Any, rows: int) -> tuple[tuple[str, int], ...]:
-        """(keyword, value) for each option of the task, in definition order; defaults for those not sent."""
-        values = []
+    def parse_options(self, request: Any, rows: int) -> tuple[tuple[str, int | str], ...]:
+        """(keyword, value) for each option of the task, in definition order; defaults for those not sent.
+        An int option's value is an int, a string option's a str."""
+        values: list[tuple[str, int | str]] = []
         for option in self.task.options:
             tensor = self.pb.get_input_tensor_by_name(request, option.input)
             raw = None if tensor is None else tensor.as_numpy()
-            values.append(
-                (option.keyword, decode_int_option(raw, option.input, rows, option.default, option.low, option.high))
-            )
+            if option.choices:
+                value = decode_choice_option(raw, option.input, rows, option.default, option.choices)
+            else:
+                value = decode_int_option(raw, option.input, rows, option.default, option.low, option.high)
+            values.append((option.keyword, value))
         return tuple(values)
 
-    def read_request(self, request: Any) -> tuple[list[str], tuple[tuple[str, int], ...]]:
+    def read_request(self, request: Any) -> tuple[list[str], tuple[tuple[str, int | str], ...]]:
         """A request's texts and options, validated; `InputError` names what is wrong."""
         tensor = self.pb.get_input_tensor_by_name(request, TEXT_INPUT)
         if tensor is None:
@@ -261,7 +301,7 @@ class FrontModel:
         return texts, self.parse_options(request, len(texts))
 
     # -- task specific -------------------------------------------------------------------
-    def run_group(self, texts: list[str], options: tuple[tuple[str, int], ...]) -> list[tuple]:
+    def run_group(self, texts: list[str], options: tuple[tuple[str, int | str], ...]) -> list[tuple]:
         """Results for texts that share `options` ((keyword, value) pairs), one tuple of output values per text."""
         raise NotImplementedError
 
