@@ -31,9 +31,9 @@ FRONT_MODEL_PY = ROOT / "serving" / "frontends" / "triton_model.py"  # every fro
 def fingerprint(task: Task, source: Path) -> str:
     """What the built files depend on: the definition and every file of the checkpoint (or task) folder."""
     h = hashlib.sha256(task.source.read_bytes() + FRONT_MODEL_PY.read_bytes())
-    for path in sorted(source.iterdir()):
+    for path in sorted(source.rglob("*")):  # a checkpoint may hold another model's folder (summarize/extractor)
         if path.is_file() and path.name != "metrics.json":
-            h.update(path.name.encode())
+            h.update(str(path.relative_to(source)).encode())
             h.update(path.read_bytes())
     return h.hexdigest()
 
@@ -58,6 +58,15 @@ def seq2seq_generator(task: Task, checkpoint: Path, destination: Path) -> Path:
     model, config, _, _ = seq2seq.load(checkpoint)
     max_len = task.option("max_new_tokens").high + 1  # the start token counts
     return export_generator(model, destination, max_len=max_len, **asdict(Decoding.from_config(config)))
+
+
+def span_scorer(task: Task, checkpoint: Path, destination: Path) -> Path:
+    """The extractive summarizer's token scorer (export/extractive.py), from the checkpoint's extractor folder."""
+    from export import extractive
+    from export.onnx_export import export_encoder_classifier
+
+    model, _, _ = extractive.load(checkpoint / extractive.EXTRACTOR_FOLDER)
+    return export_encoder_classifier(model, destination, output="token_scores")
 
 
 def step_graphs(task: Task, checkpoint: Path, folder: Path) -> list[Path]:

@@ -38,6 +38,13 @@ def _lcs(a: list[str], b: list[str]) -> int:
     return prev[-1]
 
 
+def rouge_l(hypothesis: str, reference: str) -> float:
+    """Character ROUGE-L F1 of one text, in [0, 1]."""
+    h, r = _chars(hypothesis), _chars(reference)
+    lcs = _lcs(h, r)
+    return 2 * lcs / (len(h) + len(r)) if lcs else 0.0
+
+
 def rouge_chars(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
     """Mean character-level ROUGE-1/2/L F1 (×100), the usual measure for Chinese (LCSTS)."""
     r1 = r2 = rl = 0.0

@@ -24,9 +24,10 @@ OPSET = 18
 
 
 def export_encoder_classifier(
-    model: nn.Module, out_path: Path, example_len: int = 16, attention: str = "ort_fused"
+    model: nn.Module, out_path: Path, example_len: int = 16, attention: str = "ort_fused", output: str = "logits"
 ) -> Path:
-    """Export a (input_ids, attention_mask) → logits model with dynamic [batch, seq] axes.
+    """Export a (input_ids, attention_mask) → `output` model with dynamic [batch, seq] axes (the output may have
+    the sequence axis too: the extractive summarizer's token scores).
 
     attention: how the graph computes it, "ort_fused" (the served models) or "sdpa" (plain ONNX ops).
     """
@@ -44,7 +45,7 @@ def export_encoder_classifier(
             dynamo=True,
             opset_version=OPSET,
             input_names=["input_ids", "attention_mask"],
-            output_names=["logits"],
+            output_names=[output],
             dynamic_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}},
             external_data=False,
         )

@@ -199,7 +199,9 @@ def probe_report(model: nn.Module, tokenizer, max_tokens: int) -> dict:
     """How many negation probes the model labels right, and each one's label and P(label)."""
     texts = [text for _, text in NEGATION_PROBES]
     probs = predict(model, encode(tokenizer, texts, max_tokens))
-    answers = [(want, LABELS[int(p.argmax())], round(float(p.max()), 4)) for (want, _), p in zip(NEGATION_PROBES, probs)]
+    answers = [
+        (want, LABELS[int(p.argmax())], round(float(p.max()), 4)) for (want, _), p in zip(NEGATION_PROBES, probs)
+    ]
     right = sum(want == got for want, got, _ in answers)
     print(f"negation probes: {right}/{len(texts)} right")
     return {"right": right, "of": len(texts), "answers": {t: [got, p] for t, (_, got, p) in zip(texts, answers)}}

@@ -106,6 +106,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="summarize: a pointer-generator decoder that can copy source tokens into the summary",
     )
     p.add_argument(
+        "--extractive",
+        action="store_true",
+        help="summarize: train the extractive span scorer (export/extractive.py) instead of the generator, starting "
+        "from the encoder of the summarize checkpoint in --init; default --out checkpoints/summarize/extractor",
+    )
+    p.add_argument(
+        "--init",
+        type=Path,
+        default=Path("checkpoints") / "summarize",
+        help="summarize --extractive: the summarize checkpoint whose encoder and tokenizer the scorer starts from",
+    )
+    p.add_argument(
         "--length-penalty",
         type=float,
         default=1.0,
@@ -174,7 +186,21 @@ def main(argv: list[str] | None = None) -> int:
     corpora = [name.strip() for name in args.corpora.split(",") if name.strip()]
     if corpora and args.task != "translate":
         build_parser().error("--corpora applies to translate only")
-    if args.task == "sentiment":
+    if args.extractive and args.task != "summarize":
+        build_parser().error("--extractive applies to summarize only")
+    if args.extractive:
+        from export import extractive
+
+        extractive.run(
+            args.data_dir,
+            args.out or Path("checkpoints") / "summarize" / extractive.EXTRACTOR_FOLDER,
+            args.init,
+            train_cfg,
+            args.state or Path("runs") / "summarize-extractor" / "state.pt",
+            args.limit,
+            command,
+        )
+    elif args.task == "sentiment":
         from export import sentiment
 
         sentiment.run(

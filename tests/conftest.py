@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from serving.embedded import EmbeddedTriton, ServerOptions, free_ports
+from tasks import registry
 
 ROOT = Path(__file__).resolve().parents[1]
 REPOSITORY = ROOT / "model_repository"
@@ -21,7 +22,7 @@ REPOSITORY = ROOT / "model_repository"
 @pytest.fixture(scope="session")
 def triton():
     """The real embedded tritonserver serving model_repository/ (built by `make repository`)."""
-    for model in ("sentiment_encoder", "translate_generator", "summarize_generator"):
+    for model in (model.name for task in registry().values() for model in task.models()):
         onnx = REPOSITORY / model / "1" / "model.onnx"
         assert onnx.exists(), f"{onnx} is missing: run `make repository` (or `make test`, which builds it)"
     http, grpc, metrics = free_ports(3)

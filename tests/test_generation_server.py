@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +13,9 @@ from tritonclient.utils import InferenceServerException
 
 from clients import Client
 from serving.metrics import settled_sums
+from tasks import registry
+
+ROOT = Path(__file__).resolve().parents[1]
 
 SENTENCES = ["我爱你。", "他休息两天。", "我只有几支笔。", "今天天气很好。", "你叫什么名字？", "我们明天去北京。"]
 NEWS = (
@@ -65,6 +69,28 @@ def test_summary_is_short_chinese(client):
     (summary,) = client.summarize([NEWS])
     assert summary.strip() and len(summary) <= 80
     assert any("\u4e00" <= ch <= "\u9fff" for ch in summary)
+
+
+def test_extractive_summaries_are_the_scorers_best_spans(client):
+    """The default mode answers the span PyTorch's scorer ranks first (export/extractive.py), cut from the text."""
+    from export import extractive
+
+    model, config, tokenizer = extractive.load(ROOT / "checkpoints" / "summarize" / extractive.EXTRACTOR_FOLDER)
+    articles = [NEWS, *registry()["summarize"].loadtest.texts]
+    expected = extractive.pick(model, [extractive.make_example(t, tokenizer, config["max_tokens"]) for t in articles])
+    assert client.summarize(articles) == expected
+    assert client.summarize(articles, mode="extractive", num_beams=1) == expected  # the generator's options: unused
+    assert all(summary and summary in text for summary, text in zip(expected, articles))
+    assert client.summarize(articles, mode="abstractive", num_beams=1) != expected
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_an_unknown_mode_is_refused_with_the_choices(triton, protocol):
+    with pytest.raises(InferenceServerException) as err:
+        infer_raw(triton, protocol, "summarize", {"TEXT": texts(NEWS.encode()), "MODE": texts(b"poetic")})
+    message = err.value.message()
+    assert "MODE" in message and "poetic" in message and "extractive" in message and "abstractive" in message
+    assert err.value.status() in ("StatusCode.INVALID_ARGUMENT", "400")
 
 
 def test_max_new_tokens_bounds_the_output(client):

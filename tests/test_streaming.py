@@ -16,6 +16,7 @@ from serving.metrics import metric_sum
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXTS = ["我们明天去北京看长城。", "他每天早上六点起床，然后去公园跑步。", "请把窗户关上。"]
+ABSTRACTIVE = {"mode": "abstractive"}  # summarize's generator; its default mode answers whole
 NEWS = "国家统计局今天发布数据，上半年国内生产总值同比增长百分之七，增速与一季度持平，消费对经济增长的贡献率继续提高。"
 
 
@@ -24,9 +25,9 @@ NEWS = "国家统计局今天发布数据，上半年国内生产总值同比增
 def test_pieces_add_up_to_the_answer(triton, protocol, beams):
     url = triton.grpc_url if protocol == "grpc" else triton.http_url
     with Client(url, protocol) as client:
-        for task, text in [*(("translate", t) for t in TEXTS), ("summarize", NEWS)]:
-            pieces = list(client.stream(task, text, num_beams=beams))
-            assert "".join(pieces) == client.infer(task, text, num_beams=beams)[0], (task, text)
+        for task, text, options in [*(("translate", t, {}) for t in TEXTS), ("summarize", NEWS, ABSTRACTIVE)]:
+            pieces = list(client.stream(task, text, num_beams=beams, **options))
+            assert "".join(pieces) == client.infer(task, text, num_beams=beams, **options)[0], (task, text)
             if beams == 1 and task == "translate":  # greedy streams token by token
                 assert len(pieces) >= 2, pieces
 
@@ -42,6 +43,14 @@ def test_bad_input_to_a_stream_is_refused_by_name(triton, protocol):
         with pytest.raises(ClientError, match="MAX_NEW_TOKENS must be between"):
             list(client.stream("translate", "我爱你。", max_new_tokens=0))
         assert "".join(client.stream("translate", "我爱你。")) == client.translate("我爱你。")[0]  # still serving
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_an_extractive_stream_is_the_answer_in_one_piece(triton, protocol):
+    url = triton.grpc_url if protocol == "grpc" else triton.http_url
+    with Client(url, protocol) as client:
+        pieces = list(client.stream("summarize", NEWS, mode="extractive"))
+        assert pieces == client.summarize(NEWS, mode="extractive") and pieces[0] in NEWS
 
 
 def running_rows(triton, model: str) -> float:
@@ -60,10 +69,11 @@ def stream_batch(triton, texts: list[str], cancel_after_first: bool) -> float:
     answers: queue.Queue = queue.Queue()
     client.start_stream(callback=lambda result, error: answers.put((result, error)))
     inputs = [grpcclient.InferInput(name, [len(texts), 1], kind) for name, kind in
-              (("TEXT", "BYTES"), ("NUM_BEAMS", "INT32"), ("MAX_NEW_TOKENS", "INT32"))]  # fmt: skip
+              (("TEXT", "BYTES"), ("NUM_BEAMS", "INT32"), ("MAX_NEW_TOKENS", "INT32"), ("MODE", "BYTES"))]  # fmt: skip
     inputs[0].set_data_from_numpy(np.array([[t.encode()] for t in texts], dtype=np.object_))
     inputs[1].set_data_from_numpy(np.full((len(texts), 1), 4, np.int32))
     inputs[2].set_data_from_numpy(np.full((len(texts), 1), 80, np.int32))
+    inputs[3].set_data_from_numpy(np.full((len(texts), 1), b"abstractive", dtype=np.object_))
     started = time.monotonic()
     client.async_stream_infer("summarize_stream", inputs, enable_empty_final_response=True)
     try:
