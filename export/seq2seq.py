@@ -84,6 +84,13 @@ def first_sentence(text: str, max_chars: int = 30) -> str:
     return (text[: end.start()] if end else text)[:max_chars]
 
 
+def oversample(examples: list, head: int, weight: int) -> list:
+    """The first ``head`` examples ``weight`` times, then the rest once."""
+    if weight < 1:
+        raise ValueError(f"the main set's weight must be at least 1, got {weight}")
+    return examples[:head] * weight + examples[head:]
+
+
 def encode_pairs(pairs: list[Pair], src: Tokenizer, tgt: Tokenizer, task: Seq2SeqTask) -> list[tuple[list, list]]:
     """(source ids + eos, target ids) per pair, truncated to the task's limits."""
     s = src.encode_batch([p.source for p in pairs], add_special_tokens=False)
@@ -153,6 +160,7 @@ def run(
     decoding: Decoding = DEFAULT_DECODING,
     token_dropout: float = 0.0,
     corpora: Sequence[str] = (),
+    main_weight: int = 1,
 ) -> dict:
     """Train and evaluate; write the checkpoint folder; return the metrics.
 
@@ -170,7 +178,9 @@ def run(
 
     corpora names more training sets (translate: export.data.EXTRA_TRANSLATION_FILES). They join the training
     split only, so dev and test stay the main set's and scores compare with runs without them; a pair whose
-    source is a dev or test sentence is dropped.
+    source is a dev or test sentence is dropped. main_weight > 1 repeats the main set's training pairs that many
+    times in every epoch, so that a small in-domain set is not drowned by the extra text (the tokenizers still
+    learn from each pair once).
 
     decoding holds the beam length penalty (scores are sum log p / length ** length_penalty; above 1
     favours longer outputs) and no_repeat_ngram_size (n > 0: no n-gram twice in one output). They are
@@ -182,6 +192,7 @@ def run(
         task = replace(task, target_vocab=target_vocab)
     pairs, test_pairs = task.reader(data_dir)
     train_pairs, dev_pairs = seeded_split(pairs, key=lambda p: p.source, fractions=(0.95, 0.05))
+    main_count = len(train_pairs)
     if corpora:
         if task.extra_training is None:
             raise ValueError(f"{task.name} has no extra training corpora")
@@ -218,7 +229,9 @@ def run(
     )
     model_cfg.vocab_size = src_tok.get_vocab_size()
     model_cfg.tgt_vocab_size = tgt_tok.get_vocab_size()
-    train_ex = encode_pairs(train_pairs, src_tok, tgt_tok, task)
+    train_ex = oversample(
+        encode_pairs(train_pairs, src_tok, tgt_tok, task), min(main_count, len(train_pairs)), main_weight
+    )
     dev_ex = encode_pairs(dev_pairs, src_tok, tgt_tok, task)
 
     model = Seq2Seq(model_cfg)
@@ -305,6 +318,8 @@ def run(
             "seed": train_cfg.seed,
         },
         "extra_corpora": list(corpora),
+        "main_weight": main_weight,
+        "train_examples_per_epoch": len(train_ex),
         "dev": dev_scores,
         "test": scores,
         **({"other_tests": other_tests} if other_tests else {}),

@@ -101,6 +101,13 @@ def build_parser() -> argparse.ArgumentParser:
         "and names); dev and test stay Tatoeba's",
     )
     p.add_argument(
+        "--main-weight",
+        type=int,
+        default=1,
+        help="translate with --corpora: repeat the Tatoeba training pairs this many times per epoch, so the "
+        "in-domain set is not drowned by the extra corpora (default 1)",
+    )
+    p.add_argument(
         "--copy",
         action="store_true",
         help="summarize: a pointer-generator decoder that can copy source tokens into the summary",
@@ -186,6 +193,10 @@ def main(argv: list[str] | None = None) -> int:
     corpora = [name.strip() for name in args.corpora.split(",") if name.strip()]
     if corpora and args.task != "translate":
         build_parser().error("--corpora applies to translate only")
+    if args.main_weight != 1 and not corpora:
+        build_parser().error("--main-weight weighs the main set against --corpora; give --corpora too")
+    if args.main_weight < 1:
+        build_parser().error(f"--main-weight must be at least 1, got {args.main_weight}")
     if args.extractive and args.task != "summarize":
         build_parser().error("--extractive applies to summarize only")
     if args.extractive:
@@ -239,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
             decoding=Decoding(args.length_penalty, args.no_repeat_ngram),
             token_dropout=args.token_dropout,
             corpora=corpora,
+            main_weight=args.main_weight,
         )
     return 0
 

@@ -279,13 +279,24 @@ def test_a_translate_run_with_extra_corpora_trains_on_them_and_scores_wmt(fake_d
     assert train_main([*argv]) == 0
     plain = json.loads((out / "metrics.json").read_text())
     assert train_main([*argv, "--out", str(tmp_path / "ck2"), "--state", str(tmp_path / "st2.pt"),
-                       "--corpora", "bmeld,cedict"]) == 0  # fmt: skip
+                       "--corpora", "bmeld,cedict", "--main-weight", "2"]) == 0  # fmt: skip
     more = json.loads((tmp_path / "ck2" / "metrics.json").read_text())
     # bmeld's one new sentence, cedict's Beijing and king (个 has no gloss); bmeld's copy of a test sentence is left out
     assert more["splits"]["train"] == plain["splits"]["train"] + 3
+    # each epoch sees the Tatoeba pairs twice, the extra pairs once
+    assert more["train_examples_per_epoch"] == 2 * plain["splits"]["train"] + 3
     assert more["extra_corpora"] == ["bmeld", "cedict"] and more["splits"]["test"] == plain["splits"]["test"]
     assert set(more["other_tests"]["wmt_newstest"]) == {"greedy", "beam4"}
     assert more["splits"]["wmt_newstest"] == 1
+
+
+def test_the_main_set_weight_needs_extra_corpora_and_a_positive_value(capsys):
+    import pytest
+
+    for extra, problem in (([], "give --corpora too"), (["--corpora", "cedict"], "must be at least 1, got 0")):
+        with pytest.raises(SystemExit):
+            train_main(["translate", "--main-weight", "0" if extra else "3", *extra])
+        assert problem in capsys.readouterr().err
 
 
 def test_name_probes_count_a_name_in_any_accepted_spelling():
