@@ -87,10 +87,37 @@ def _serving_checks(results: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def _served_share_checks(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Served `sentiment` at the top concurrency against its encoder alone in ORT, both from this run: at batch
+    32 × 32 tokens (the fused graph's better thread count), and on the served texts in batches of 32 (tokenized
+    and grouped by length as the front model does): how much of the raw rate survives the serving path."""
+    section = results.get("serving")
+    if not section:
+        return []
+    top = max(section["points"], key=lambda p: p["concurrency"])
+    served = _median(top["perf_analyzer"][serving.REFERENCE], "throughput")
+    where = f"served sentiment at c={top['concurrency']} (perf_analyzer) / raw ORT"
+    out = []
+    shapes = (results.get("runtime") or {}).get("shapes", [])
+    raw = next((s for s in shapes if s["batch"] == 32 and s["sequence"] == 32), None)
+    if raw is not None:
+        out.append(check(f"{where} fused, batch 32 seq 32", served / _best(raw["sequences_per_s"], runtime.FUSED), 0.6))
+    same_texts = section.get("raw_ort_batches")
+    if same_texts:
+        best = max(summary["median"] for summary in same_texts.values())
+        out.append(check(f"{where} on the same texts, batches of {serving.RAW_BATCH}", served / best, 0.6))
+    return out
+
+
 def check(name: str, value: float, bar: float, higher_is_better: bool = True) -> dict[str, Any]:
     met = value >= bar if higher_is_better else value <= bar
     return {"name": name, "value": value, "bar": bar, "higher_is_better": higher_is_better, "met": met}
 
 
 def evaluate(results: dict[str, Any]) -> list[dict[str, Any]]:
-    return _runtime_checks(results) + _generation_checks(results) + _serving_checks(results)
+    return (
+        _runtime_checks(results)
+        + _generation_checks(results)
+        + _serving_checks(results)
+        + _served_share_checks(results)
+    )

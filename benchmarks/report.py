@@ -96,7 +96,32 @@ def _serving(section: dict[str, Any]) -> list[str]:
         f"(tokenizer + ORT p50: {section['raw_ort']['tokenize_ort_p50_ms']:.2f} ms).",
         "",
     ]
-    return lines
+    return lines + _where_the_time_goes(section)
+
+
+def _where_the_time_goes(section: dict[str, Any]) -> list[str]:
+    """The cores each process used at the top concurrency, and the raw encoder on the same texts."""
+    share, raw = section.get("cpu_share"), section.get("raw_ort_batches")
+    if not share or not raw:
+        return []
+    names = [name for name in share if name != "concurrency"]
+    kinds = sorted({kind for name in names for kind in share[name]["cores"]})
+    rows = []
+    for name in names:
+        cores = share[name]["cores"]
+        used = [cores[k]["median"] if k in cores else 0.0 for k in kinds]
+        rows.append([name, cell(share[name]["throughput"])] + [f"{c:.2f}" for c in used] + [f"{sum(used):.2f}"])
+    raw_cells = ", ".join(f"{cell(summary)} ({name})" for name, summary in raw.items())
+    return [
+        f"**Where the time goes at c={share['concurrency']}** (perf_analyzer; cores = CPU seconds of each process "
+        "per wall second, medians)",
+        "",
+        *table(["variant", "req/s", *kinds, "total"], rows),
+        "",
+        f"Raw ORT on the same texts in batches of 32, tokenized and grouped by length as the front model does "
+        f"(texts/s): {raw_cells}.",
+        "",
+    ]
 
 
 def _ceiling(section: dict[str, Any]) -> list[str]:

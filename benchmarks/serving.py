@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import random
 import time
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -19,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import cpu_share as cpu_share_module
 from benchmarks import data, perf_analyzer
 from benchmarks.load import drive_http_json, drive_triton, fastapi_server
 from benchmarks.onnx_variants import session
@@ -27,24 +29,27 @@ from benchmarks.stats import interleaved, percentile, summarize, summarize_runs
 from benchmarks.variant_repository import SENTIMENT_MODELS, ServingVariant, build
 from export.data import sentiment_splits
 from serving.embedded import EmbeddedTriton, ServerOptions, free_ports
-from serving.frontends.base import BatchTokenizer
+from serving.frontends.base import BatchTokenizer, length_buckets
 
 SERVED = ServingVariant()  # the committed configs: "our endpoint" in the comparison with FastAPI
 KNOBS = tuple(ServingVariant(batching, instances) for instances in (1, 2) for batching in (True, False))
 # The committed front models bound their queue with a 1 s timeout; measured, that policy makes a lone front
 # instance stall ~500 ms now and then, so the served config is also measured without it.
-VARIANTS = (SERVED, ServingVariant(queue_policy=False), *KNOBS)
+BLS_ENCODER = ServingVariant(bls_encoder=True)  # the encoder behind a BLS call, as served before
+VARIANTS = (SERVED, BLS_ENCODER, ServingVariant(queue_policy=False), *KNOBS)
+RAW_BATCH = 32  # texts per raw ORT batch, the batch of the issue's raw figure
 REFERENCE = SERVED.name
 FASTAPI = "fastapi_pytorch"
 
 
 def request_texts(profile: Profile) -> tuple[list[str], str]:
-    """The traffic every server gets, and its source: real reviews from the sentiment test split, or without
-    the sentiment data the load test's built-in reviews."""
+    """The traffic every server gets, and its source: real reviews, a seeded sample of the sentiment test split
+    (all its sets in their proportions), or without the sentiment data the load test's built-in reviews."""
     if not data.available(profile.data_dir, "sentiment"):
         return data.fallback_texts("sentiment"), data.BUILT_IN
     rows = sentiment_splits(profile.data_dir)[2]
-    return [row.text for row in rows[: profile.serving_texts]], "sentiment test split"
+    sample = random.Random(13).sample(rows, min(profile.serving_texts, len(rows)))
+    return [row.text for row in sample], "sentiment test split, seeded sample"
 
 
 def raw_ort_latency(texts: list[str], repetitions: int) -> dict[str, float]:
@@ -71,6 +76,52 @@ def raw_ort_latency(texts: list[str], repetitions: int) -> dict[str, float]:
         "tokenize_ort_p50_ms": percentile(with_tokenizer, 50) * 1e3,
         "calls": len(run_only),
     }
+
+
+def raw_ort_batches(texts: list[str], repetitions: int) -> dict[str, dict[str, float]]:
+    """Texts/s of the served ONNX file in ORT alone on the served texts, in batches of RAW_BATCH (file order),
+    tokenized and grouped by length as the front model does; 1 thread and all usable cores, interleaved."""
+    config = json.loads((REPOSITORY / "sentiment" / "1" / "config.json").read_text(encoding="utf-8"))
+    tokenizer = BatchTokenizer.from_file(REPOSITORY / "sentiment" / "1" / "tokenizer.json", config["max_tokens"])
+    batches = [texts[i : i + RAW_BATCH] for i in range(0, len(texts), RAW_BATCH)]
+    path = REPOSITORY / "sentiment_encoder" / "1" / "model.onnx"
+    sessions = {"all_cores": session(path), "1thread": session(path, 1)}
+
+    def one_pass(sess: Any) -> float:
+        started = time.perf_counter()
+        for texts_of_batch in batches:
+            batch = tokenizer.encode(texts_of_batch)
+            for rows in length_buckets(batch.lengths):
+                part = batch.take(rows)
+                sess.run(["logits"], {"input_ids": part.ids, "attention_mask": part.mask})
+        return len(texts) / (time.perf_counter() - started)
+
+    for sess in sessions.values():
+        one_pass(sess)  # warm-up: ORT allocates per shape on first use
+    runs = interleaved({name: partial(one_pass, sess) for name, sess in sessions.items()}, repetitions, "raw ORT")
+    return {name: summarize(rates) for name, rates in runs.items()}
+
+
+def cpu_share(servers: dict[str, EmbeddedTriton], input_data: Path, profile: Profile) -> dict[str, Any]:
+    """At the top concurrency, perf_analyzer on the served config and on the BLS-encoder one, interleaved, with
+    the cores each process kind used meanwhile: where the time of a served request goes."""
+    concurrency = max(profile.concurrencies)
+    calls = {
+        name: partial(
+            cpu_share_module.cores_during,
+            partial(perf_analyzer.run, servers[name].grpc_url, "sentiment", concurrency, input_data, profile.window_ms),
+        )
+        for name in (REFERENCE, BLS_ENCODER.name)
+    }
+    runs = interleaved(calls, profile.repetitions, desc=f"cpu share c{concurrency}")
+    out: dict[str, Any] = {"concurrency": concurrency}
+    for name, results in runs.items():
+        kinds = sorted({kind for _, cores in results for kind in cores})
+        out[name] = {
+            "throughput": summarize([result["throughput"] for result, _ in results]),
+            "cores": {kind: summarize([cores.get(kind, 0.0) for _, cores in results]) for kind in kinds},
+        }
+    return out
 
 
 def start_servers(stack: contextlib.ExitStack, workdir: Path) -> dict[str, EmbeddedTriton]:
@@ -123,7 +174,7 @@ def measure_point(
 def measure(profile: Profile, workdir: Path) -> dict[str, Any]:
     texts, source = request_texts(profile)
     input_data = perf_analyzer.write_input_data(texts, workdir / "perf_analyzer_input.json")
-    perf_analyzer.locate()  # fail before starting five servers, not after
+    perf_analyzer.locate()  # fail before starting the servers, not after
     with contextlib.ExitStack() as stack:
         servers = start_servers(stack, workdir)
         fastapi_url = stack.enter_context(fastapi_server(free_ports(1)[0]))
@@ -137,17 +188,23 @@ def measure(profile: Profile, workdir: Path) -> dict[str, Any]:
             measure_point(servers, fastapi_url, texts, input_data, concurrency, profile)
             for concurrency in profile.concurrencies
         ]
+        cpu = cpu_share(servers, input_data, profile)
     raw = raw_ort_latency(texts, profile.repetitions)
     first = next(p for p in points if p["concurrency"] == min(profile.concurrencies))
     e2e_p50 = first["perf_analyzer"][REFERENCE]["p50_ms"]["median"]
     return {
-        "variants": {v.name: {"dynamic_batching": v.batching, "instances": v.instances} for v in VARIANTS},
+        "variants": {
+            v.name: {"dynamic_batching": v.batching, "instances": v.instances, "bls_encoder": v.bls_encoder}
+            for v in VARIANTS
+        },
         "reference": REFERENCE,
         "texts": len(texts),
         "texts_source": source,
         "mean_characters": float(np.mean([len(t) for t in texts])),
         "points": points,
         "raw_ort": raw,
+        "raw_ort_batches": raw_ort_batches(texts, profile.repetitions),
+        "cpu_share": cpu,
         "overhead_c1": {
             "concurrency": first["concurrency"],
             "e2e_p50_ms": e2e_p50,

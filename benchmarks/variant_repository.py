@@ -13,6 +13,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from benchmarks.profiles import REPOSITORY
+from serving.frontends.sentiment import IN_PROCESS_ENCODER
 from serving.ort_backend.session_config import available_cpus
 
 SENTIMENT_MODELS = ("sentiment", "sentiment_encoder")
@@ -27,9 +28,12 @@ class ServingVariant:
     batching: bool | None = None
     instances: int | None = None
     queue_policy: bool = True  # False: drop the committed default_queue_policy (queue limit and timeout)
+    bls_encoder: bool = False  # True: the front model calls `sentiment_encoder` by BLS (no in-process encoder)
 
     @property
     def name(self) -> str:
+        if self.bls_encoder:
+            return "served_bls_encoder"
         if self.batching is None and self.instances is None:
             return "served" if self.queue_policy else "served_without_queue_policy"
         batching = {None: "", True: "batching_", False: "no_batching_"}[self.batching]
@@ -64,6 +68,8 @@ def build(root: Path, variant: ServingVariant, models: tuple[str, ...] = SENTIME
     for model in models:
         for source in (REPOSITORY / model).rglob("*"):
             if "__pycache__" in source.parts or source.is_dir():
+                continue
+            if variant.bls_encoder and source.name == IN_PROCESS_ENCODER:  # without it the front model uses BLS
                 continue
             target = repo / model / source.relative_to(REPOSITORY / model)
             target.parent.mkdir(parents=True, exist_ok=True)

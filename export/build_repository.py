@@ -32,7 +32,7 @@ def fingerprint(task: Task, source: Path) -> str:
     """What the built files depend on: the definition and every file of the checkpoint (or task) folder."""
     h = hashlib.sha256(task.source.read_bytes() + FRONT_MODEL_PY.read_bytes())
     for path in sorted(source.rglob("*")):  # a checkpoint may hold another model's folder (summarize/extractor)
-        if path.is_file() and path.name != "metrics.json":
+        if path.is_file() and path.name not in ("metrics.json", "README.md"):  # scores and model cards: not built
             h.update(str(path.relative_to(source)).encode())
             h.update(path.read_bytes())
     return h.hexdigest()
@@ -77,6 +77,15 @@ def step_graphs(task: Task, checkpoint: Path, folder: Path) -> list[Path]:
 
     model, _, _, _ = seq2seq.load(checkpoint)
     return [*export_step_graphs(model, folder), *quantize_step_graphs(folder)]
+
+
+def encoder_copy(task: Task, checkpoint: Path, folder: Path) -> list[Path]:
+    """The endpoint's `encoder` model, copied beside its front model as encoder.onnx, which the front model runs
+    in-process (serving/frontends/sentiment.py says why). Models are exported before the endpoints' graphs."""
+    from serving.frontends.sentiment import IN_PROCESS_ENCODER
+
+    exported = folder.parent.parent / task.endpoint.models["encoder"].name / "1" / "model.onnx"
+    return [Path(shutil.copy2(exported, folder / IN_PROCESS_ENCODER))]
 
 
 def explainer(task: Task, checkpoint: Path, destination: Path) -> Path:

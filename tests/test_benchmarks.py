@@ -107,6 +107,15 @@ def test_smoke_run_writes_results(tmp_path, fake_data_dir):
                 assert cell["p50_ms"]["median"] <= cell["p99_ms"]["median"]
         assert all(cell["errors"]["median"] == 0 for cell in point["async_client"].values())
     assert results["serving"]["raw_ort"]["ort_p50_ms"] > 0
+    assert all(_finite_positive(s) for s in results["serving"]["raw_ort_batches"].values())
+    share = results["serving"]["cpu_share"]
+    served, bls = share[serving.REFERENCE], share[serving.BLS_ENCODER.name]
+    assert _finite_positive(served["throughput"]) and served["cores"]["tritonserver"]["median"] > 0
+    idle = {"median": 0.0}
+    # the served front model runs the encoder itself: only the BLS variant keeps the encoder's stub busy
+    assert (
+        bls["cores"]["stub sentiment_encoder"]["median"] > served["cores"].get("stub sentiment_encoder", idle)["median"]
+    )
     assert results["ceiling"]["matmul_gflops"]["median"] > 0
     assert all(0 < f["fraction_of_ceiling"] for f in results["ceiling"]["fractions"])
     assert {c["name"].split(":")[0] for c in results["checks"]}  # the bars were evaluated
@@ -116,7 +125,7 @@ def test_smoke_run_writes_results(tmp_path, fake_data_dir):
 
     markdown = (tmp_path / "smoke.md").read_text(encoding="utf-8")
     headings = ("## 1. Model runtime", "## 2. Generation", "## 3–4. Serving", "## 5. Ceiling", "## 6. Translation")
-    for heading in (*headings, "## Bars"):
+    for heading in (*headings, "**Where the time goes", "## Bars"):
         assert heading in markdown
     pngs = sorted(p.name for p in tmp_path.glob("*.png"))
     assert pngs == [
@@ -217,6 +226,26 @@ def test_report_without_sentiment_data_says_accuracy_was_not_measured(tmp_path):
     markdown = report.markdown(results)
     assert f"not measured (no data at {tmp_path / 'sentiment'})" in markdown
     assert all(f"- data: {line}" in markdown for line in missing)
+
+
+def test_the_served_share_divides_the_top_concurrency_by_the_better_raw_batch_32_rate():
+    rates = {runtime.FUSED: summarize([2000.0]), runtime.FUSED + threads.ONE_THREAD_SUFFIX: summarize([1500.0])}
+    served = [(1, 300.0), (32, 1300.0), (8, 1100.0)]
+    results = {
+        "runtime": {"shapes": [{"batch": 32, "sequence": 32, "sequences_per_s": rates}]},
+        "serving": {
+            "points": [
+                {"concurrency": c, "perf_analyzer": {serving.REFERENCE: {"throughput": summarize([rate])}}}
+                for c, rate in served
+            ]
+        },
+    }
+    (share,) = checks._served_share_checks(results)
+    assert share["value"] == pytest.approx(1300 / 2000) and share["met"] and "c=32" in share["name"]
+    assert checks._served_share_checks({"runtime": results["runtime"]}) == []  # no serving section: no check
+    results["serving"]["raw_ort_batches"] = {"all_cores": summarize([2400.0]), "1thread": summarize([2600.0])}
+    same_texts = checks._served_share_checks(results)[1]
+    assert same_texts["value"] == pytest.approx(1300 / 2600) and not same_texts["met"]
 
 
 # -- the translation section: the previous served setup as a variant repository, ratios and bars ---------------

@@ -126,11 +126,11 @@ def test_to_column_encodes_strings_as_utf8_bytes():
 
 def test_length_buckets_cover_every_row_once_shortest_first():
     lengths = [5, 120, 9, 30, 7, 12, 60, 8, 40, 33, 31, 6, 200]
-    buckets = length_buckets(lengths, min_rows=3)
+    buckets = length_buckets(lengths)
     assert sorted(r for b in buckets for r in b) == list(range(len(lengths)))
     assert [max(lengths[r] for r in b) for b in buckets] == sorted(max(lengths[r] for r in b) for b in buckets)
-    assert all(len(b) >= 3 for b in buckets)
-    assert [lengths[r] for r in buckets[0]] == [5, 6, 7, 8, 9, 12]  # the short ones are not padded to 200
+    assert [lengths[r] for r in buckets[0]] == [5, 6, 7, 8]  # the short ones are not padded to 200
+    assert [[lengths[r] for r in b] for b in buckets[1:3]] == [[9, 12], [30, 31]]  # each padded to 16, to 32
     assert length_buckets([4, 4]) == [[0, 1]] and length_buckets([]) == []
 
 

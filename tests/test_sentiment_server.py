@@ -76,10 +76,10 @@ def test_long_text_is_truncated_not_refused(client):
 
 def test_concurrent_requests_are_merged_into_batches(triton):
     names = ["nv_inference_count", "nv_inference_exec_count"]
-    before = settled_sums(triton.metrics_url, names, model="sentiment_encoder")
+    before = settled_sums(triton.metrics_url, names, model="sentiment")
     with Client(triton.grpc_url) as c, cf.ThreadPoolExecutor(16) as pool:
         list(pool.map(lambda i: c.sentiment([POSITIVE[i % 4]]), range(160)))
-    after = settled_sums(triton.metrics_url, names, at_least=before[0] + 160, model="sentiment_encoder")
+    after = settled_sums(triton.metrics_url, names, at_least=before[0] + 160, model="sentiment")
     inferences, executions = after[0] - before[0], after[1] - before[1]
     assert inferences == 160
     assert executions < inferences, f"{executions} executions for {inferences} inferences: nothing was batched"

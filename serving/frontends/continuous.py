@@ -49,11 +49,13 @@ class ContinuousFront(FrontModel):
         decoding = Decoding(
             model["bos_id"], model["eos_id"], cfg.get("length_penalty", 1.0), cfg.get("no_repeat_ngram_size", 0)
         )
-        params = {k: v["string_value"] for k, v in self.model_config.get("parameters", {}).items()}
-        threads = int(params.get("intra_op_thread_count", "1"))
-        suffix = ".int8.onnx" if params.get("precision", "fp32") == "int8" else ".onnx"
+        suffix = ".int8.onnx" if self.parameters.get("precision", "fp32") == "int8" else ".onnx"
         self.engine = Engine(
-            self.asset_dir / f"encoder{suffix}", self.asset_dir / f"decoder{suffix}", shapes, decoding, threads
+            self.asset_dir / f"encoder{suffix}",
+            self.asset_dir / f"decoder{suffix}",
+            shapes,
+            decoding,
+            self.graph_threads(),
         )
         self.streaming = self.endpoint.decoupled
         self.output = self.outputs[0]

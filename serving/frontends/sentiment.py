@@ -1,12 +1,21 @@
-"""`sentiment`: texts → BLS calls to the task's `encoder` model, one per length bucket → softmax → label and score."""
+"""`sentiment`: texts → the encoder, one call per length bucket → softmax → label and score.
+
+The endpoint runs its copy of the encoder graph in-process (`encoder.onnx` in its version folder, written by
+export.build_repository:encoder_copy): a BLS call to the `sentiment_encoder` model would cost a round trip
+through Triton and a second Python stub per call, which is most of what the endpoint spends beyond the encoder
+itself (BENCHMARKS.md). Without that file (the explain twin) it calls the model by BLS.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from serving.frontends.base import BatchTokenizer, Encoded, FrontModel, length_buckets
+
+IN_PROCESS_ENCODER = "encoder.onnx"
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -27,6 +36,8 @@ class SentimentFront(FrontModel):
         self.encoder = self.models["encoder"]
         self.labels: list[str] = self.task_config["labels"]
         self.tokenizer = BatchTokenizer.from_file(self.asset_dir / "tokenizer.json", self.task_config["max_tokens"])
+        graph = self.asset_dir / IN_PROCESS_ENCODER
+        self.session = in_process_session(graph, self.graph_threads()) if graph.is_file() else None
 
     def run_group(self, texts: list[str], options: tuple) -> list[tuple]:
         """One tokenizer call for the batch, then one encoder call per length bucket (less padding)."""
@@ -39,5 +50,23 @@ class SentimentFront(FrontModel):
 
     def classify(self, batch: Encoded) -> list[tuple[str, float]]:
         """(label, score) per row of an encoded batch: one call of the fast encoder."""
-        logits = self.bls(self.encoder, {"input_ids": batch.ids, "attention_mask": batch.mask}, ["logits"])["logits"]
+        feeds = {"input_ids": batch.ids, "attention_mask": batch.mask}
+        if self.session is not None:
+            (logits,) = self.session.run(["logits"], feeds)
+        else:
+            logits = self.bls(self.encoder, feeds, ["logits"])["logits"]
         return label_and_score(logits, self.labels)
+
+
+def in_process_session(path: Path, threads: int) -> Any:
+    """An ONNX Runtime session for a graph the front model runs itself; CUDA where this onnxruntime has it."""
+    import onnxruntime as ort
+
+    from export.providers import inference_session
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    # Each instance is one caller; spinning threads would only take the core from the other instance.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return inference_session(path, options)

@@ -139,8 +139,9 @@ def test_sigterm_under_load_drains_in_flight_and_refuses_new(start_server) -> No
 
 
 def broken_repository(tmp_path: Path) -> Path:
+    """The sentiment endpoint's in-process encoder graph replaced by bytes that are not ONNX."""
     repo = copy_models(tmp_path / "repo", SENTIMENT + TRANSLATE)
-    broken = repo / "sentiment_encoder" / "1" / "model.onnx"
+    broken = repo / "sentiment" / "1" / "encoder.onnx"
     broken.unlink()
     broken.write_bytes(b"\x08\x07 this is not an ONNX model")
     return repo
@@ -150,11 +151,12 @@ def test_broken_model_file_leaves_the_other_endpoints_serving(start_server, tmp_
     server = start_server(SENTIMENT + TRANSLATE, repository=broken_repository(tmp_path), require_all_models=False)
     failed = server.unavailable_models()
     print(f"\nbroken model: {failed}")
-    assert set(failed) == {"sentiment_encoder"}
-    assert "model.onnx" in failed["sentiment_encoder"]
+    assert set(failed) == {"sentiment"}
+    assert "encoder.onnx" in failed["sentiment"]
     with connect(server, "http") as client:
         assert client.is_server_live() and not client.is_server_ready()  # readiness reports the broken one
-        assert not client.is_model_ready("sentiment_encoder") and client.is_model_ready("translate")
+        assert not client.is_model_ready("sentiment") and client.is_model_ready("translate")
+        assert client.is_model_ready("sentiment_encoder")  # the BLS model beside it is fine
     with connect(server, "grpc") as client:
         assert (
             "love"
@@ -163,10 +165,10 @@ def test_broken_model_file_leaves_the_other_endpoints_serving(start_server, tmp_
             .decode()
             .lower()
         )
-        with pytest.raises(InferenceServerException, match="sentiment_encoder"):
+        with pytest.raises(InferenceServerException, match="sentiment"):
             infer(client, "sentiment", [text_input(grpcclient, ["很好"])])
     log = server.log_tail(400)
-    assert "sentiment_encoder" in log and "model.onnx" in log
+    assert "sentiment" in log and "encoder.onnx" in log
 
 
 class ServingCli:
@@ -200,7 +202,7 @@ def test_serving_cli_starts_degraded_and_names_the_broken_model(tmp_path: Path) 
     finally:
         stderr = cli.stop()
     assert cli.process.returncode == 0, stderr
-    assert "serving WITHOUT these models" in stderr and "sentiment_encoder" in stderr and "model.onnx" in stderr
+    assert "serving WITHOUT these models" in stderr and "sentiment:" in stderr and "encoder.onnx" in stderr
 
 
 def test_serving_cli_restarts_a_crashed_server(tmp_path: Path) -> None:
