@@ -81,11 +81,10 @@ def step_graphs(task: Task, checkpoint: Path, folder: Path) -> list[Path]:
 
 def encoder_copy(task: Task, checkpoint: Path, folder: Path) -> list[Path]:
     """The endpoint's `encoder` model, copied beside its front model as encoder.onnx, which the front model runs
-    in-process (serving/frontends/sentiment.py says why). Models are exported before the endpoints' graphs."""
-    from serving.frontends.sentiment import IN_PROCESS_ENCODER
-
+    in-process (serving/frontends/sentiment.py says why, and opens this name). Models are exported before the
+    endpoints' graphs. The serving package stays out of this import: the image's export stage does not have it."""
     exported = folder.parent.parent / task.endpoint.models["encoder"].name / "1" / "model.onnx"
-    return [Path(shutil.copy2(exported, folder / IN_PROCESS_ENCODER))]
+    return [Path(shutil.copy2(exported, folder / "encoder.onnx"))]
 
 
 def explainer(task: Task, checkpoint: Path, destination: Path) -> Path:
