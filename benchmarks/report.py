@@ -174,7 +174,8 @@ def markdown(results: dict[str, Any]) -> str:
         f"- command: `{meta['command']}`",
         f"- started {meta['started']}, took {meta['seconds'] / 60:.1f} min",
         f"- machine: {machine.get('Model name', '?')}, {machine['cpus_usable']} usable CPUs, "
-        f"torch {machine['torch']}, onnxruntime {machine['onnxruntime']}",
+        f"torch {machine['torch']}, onnxruntime {machine['onnxruntime']}; CPU flags: "
+        f"{', '.join(machine.get('cpu_flags', [])) or 'not recorded'}",
         f"- load average (1/5/15 min) at start {meta['load_start']}, at end {meta['load_end']}",
         f"- cells: median [min–max] over {meta['profile']['repetitions']} interleaved repetitions",
         *(f"- data: {line}" for line in meta.get("data", {}).get("missing", [])),

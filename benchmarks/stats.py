@@ -7,6 +7,7 @@ all of them alike), and the report gives the median with the spread (min, max, i
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import platform
@@ -122,10 +123,24 @@ def machine() -> dict[str, Any]:
         key, _, value = line.partition(":")
         if key.strip() in wanted:
             info[key.strip()] = value.strip()
-    flags = next((line for line in lscpu.splitlines() if line.startswith("Flags")), "")
-    info["avx512"] = "avx512f" in flags
-    info["avx512_vnni"] = "avx512_vnni" in flags
+    info["cpu_flags"] = cpu_flags()
     return info
+
+
+# The ISA extensions that decide which kernels ONNX Runtime, MKL and CTranslate2 pick: machines here differ
+# (AVX-512 with VNNI/BF16 on some, AVX2 only on others), so every result records them.
+CPU_FLAGS = (
+    "sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_int8",
+)  # fmt: skip
+
+
+def cpu_flags() -> list[str]:
+    """Which of CPU_FLAGS this CPU has (from /proc/cpuinfo)."""
+    flags: set[str] = set()
+    with contextlib.suppress(OSError, StopIteration):
+        line = next(x for x in open("/proc/cpuinfo", encoding="utf-8") if x.startswith("flags"))
+        flags = set(line.partition(":")[2].split())
+    return [f for f in CPU_FLAGS if f in flags]
 
 
 def summarize_runs(runs: list[dict[str, float]]) -> dict[str, dict[str, float]]:

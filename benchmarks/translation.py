@@ -37,7 +37,7 @@ from benchmarks import data
 from benchmarks.checks import check
 from benchmarks.markdown import cell, table
 from benchmarks.profiles import REPOSITORY, Profile
-from benchmarks.stats import interleaved, percentile, summarize, summarize_runs
+from benchmarks.stats import cpu_flags, interleaved, percentile, summarize, summarize_runs
 
 DATASET = "translate_test"  # the key of benchmarks.data.FILES for the test file
 TASK = "translate"
@@ -55,7 +55,6 @@ SERVERS = (ENGINE_SERVER, TODAY_SERVER)
 REQUEST_TIMEOUT_S = 120.0
 # Bars: served engine vs CTranslate2 offline, vs today's served translate, p99 not worse, TTFT share.
 BAR_VS_CT2, BAR_VS_TODAY, BAR_P99, BAR_TTFT = 1.0, 2.0, 1.0, 0.2
-CPU_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_int8")
 
 
 def beam_label(beams: int) -> str:
@@ -86,11 +85,7 @@ def cpu_info() -> dict[str, Any]:
     """What decides which kernels CTranslate2 and ONNX Runtime pick: the ISA flags and the runtimes' versions."""
     import onnxruntime
 
-    flags: set[str] = set()
-    with contextlib.suppress(OSError):
-        line = next((x for x in open("/proc/cpuinfo", encoding="utf-8") if x.startswith("flags")), "")
-        flags = set(line.partition(":")[2].split())
-    info: dict[str, Any] = {"flags": [f for f in CPU_FLAGS if f in flags], "onnxruntime": onnxruntime.__version__}
+    info: dict[str, Any] = {"flags": cpu_flags(), "onnxruntime": onnxruntime.__version__}
     with contextlib.suppress(ImportError):
         import ctranslate2
 
