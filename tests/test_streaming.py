@@ -84,6 +84,11 @@ def stream_batch(triton, texts: list[str], cancel_after_first: bool) -> float:
                 break
         if not cancel_after_first:
             return time.monotonic() - started
+        # The gauge is published twice a second: wait until it shows these rows, or a stale 0 would pass for freed.
+        shown = time.monotonic()
+        while running_rows(triton, "summarize_stream") == 0 and time.monotonic() - shown < 5:
+            time.sleep(0.05)
+        assert running_rows(triton, "summarize_stream") > 0, "the running rows never showed in the metric"
         client.stop_stream(cancel_requests=True)
         cancelled = time.monotonic()
         while running_rows(triton, "summarize_stream") > 0 and time.monotonic() - cancelled < 30:

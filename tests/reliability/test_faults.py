@@ -88,7 +88,9 @@ def test_killed_front_model_stub_is_replaced_and_clients_see_errors_not_hangs(st
         f"{max(o[2] for o in load.outcomes):.2f} s"
     )
     assert server.is_alive, f"tritonserver exited with {server.returncode}:\n{server.log_tail(80)}"
-    assert server.watchdog.reloads == {"sentiment": 1}
+    assert server.watchdog.reloads == {"sentiment": 1}, (
+        f"watchdog: {server.watchdog.problem()}; server log:\n{server.log_tail(60)}"
+    )
     assert victim not in stub_pids(server)
     # The failures in between are errors the client saw, each within about one health-check period.
     assert all("is not healthy" in o[1] and o[2] < 10 for o in failures)
