@@ -13,6 +13,7 @@ import torch
 from test_generation_parity import SENTENCES  # the everyday sentences, when the test set is missing
 
 from export import seq2seq
+from export.data import Pair
 from export.generation import Decoding as Reference
 from export.step_export import export_step_graphs
 from serving.engine.engine import Engine, Job, Shapes
@@ -30,7 +31,7 @@ class Task:
     def __init__(self, name: str, folder: Path, limit: int) -> None:
         self.model, self.config, src_tok, tgt_tok = seq2seq.load(ROOT / "checkpoints" / name)
         spec = seq2seq.TASKS[name]
-        pairs = spec.reader(DATA_DIR)[1][:limit] if DATA_DIR.is_dir() else [(s, "") for s in SENTENCES]
+        pairs = spec.reader(DATA_DIR)[1][:limit] if DATA_DIR.is_dir() else [Pair(s, "") for s in SENTENCES]
         self.sources = [s for s, _ in seq2seq.encode_pairs(pairs, src_tok, tgt_tok, spec)]
         self.graphs = export_step_graphs(self.model, folder)
         self.reference = Reference.from_config(self.config)

@@ -10,6 +10,7 @@ import onnxruntime as ort
 import pytest
 import torch
 
+from benchmarks.data import available, fallback_texts
 from export import extractive
 from export.data import DEFAULT_DATA_DIR, read_summarization
 from export.onnx_export import count_ops, export_encoder_classifier
@@ -63,8 +64,11 @@ def test_the_export_is_fused_attention_and_matches_pytorch_on_padded_batches(shi
 
 def test_onnx_picks_the_same_spans_as_pytorch_on_the_test_set(shipped):
     model, config, tokenizer, session, _ = shipped
-    _, test = read_summarization(DEFAULT_DATA_DIR)
-    examples = [extractive.make_example(p.source, tokenizer, config["max_tokens"]) for p in test[:200]]
+    if available(DEFAULT_DATA_DIR, "summarize"):
+        texts = [p.source for p in read_summarization(DEFAULT_DATA_DIR)[1][:200]]
+    else:  # no data folder: the load test's built-in news texts
+        texts = fallback_texts("summarize")
+    examples = [extractive.make_example(text, tokenizer, config["max_tokens"]) for text in texts]
     expected = extractive.pick(model, examples)
     picked = []
     for e in examples:
@@ -72,4 +76,5 @@ def test_onnx_picks_the_same_spans_as_pytorch_on_the_test_set(shipped):
         (scores,) = session.run(None, {"input_ids": ids, "attention_mask": np.ones_like(ids)})
         best = int(np.argmax([scores[0, p].mean() for p in e.candidates.positions]))
         picked.append(e.candidates.texts[best])
-    assert sum(a == b for a, b in zip(picked, expected, strict=True)) >= 198, "ties may break either way"
+    agreed = sum(a == b for a, b in zip(picked, expected, strict=True))
+    assert agreed >= len(texts) - len(texts) // 100, "ties may break either way: 1% may differ"
