@@ -137,8 +137,8 @@ CPU_FLAGS = (
 def cpu_flags() -> list[str]:
     """Which of CPU_FLAGS this CPU has (from /proc/cpuinfo)."""
     flags: set[str] = set()
-    with contextlib.suppress(OSError, StopIteration):
-        line = next(x for x in open("/proc/cpuinfo", encoding="utf-8") if x.startswith("flags"))
+    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+        line = next((x for x in cpuinfo if x.startswith("flags")), "")
         flags = set(line.partition(":")[2].split())
     return [f for f in CPU_FLAGS if f in flags]
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,16 @@ def running_rows(triton, model: str) -> float:
     return metric_sum(triton.metrics_url, "ropeserve_engine_running_rows", model=model)
 
 
+def wait_until(condition: Callable[[], bool], timeout_s: float) -> bool:
+    """Poll ``condition`` every 50 ms until it holds (True) or ``timeout_s`` passes (False)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def stream_batch(triton, texts: list[str], cancel_after_first: bool) -> float:
     """Stream one request of many texts (beam 4, up to 80 tokens each) through tritonclient; seconds to its end,
     or, cancelling after the first response, to the moment the engine reports no running rows."""
@@ -85,14 +96,10 @@ def stream_batch(triton, texts: list[str], cancel_after_first: bool) -> float:
         if not cancel_after_first:
             return time.monotonic() - started
         # The gauge is published twice a second: wait until it shows these rows, or a stale 0 would pass for freed.
-        shown = time.monotonic()
-        while running_rows(triton, "summarize_stream") == 0 and time.monotonic() - shown < 5:
-            time.sleep(0.05)
-        assert running_rows(triton, "summarize_stream") > 0, "the running rows never showed in the metric"
+        assert wait_until(lambda: running_rows(triton, "summarize_stream") > 0, 5), "the rows never showed"
         client.stop_stream(cancel_requests=True)
         cancelled = time.monotonic()
-        while running_rows(triton, "summarize_stream") > 0 and time.monotonic() - cancelled < 30:
-            time.sleep(0.05)
+        wait_until(lambda: running_rows(triton, "summarize_stream") == 0, 30)
         return time.monotonic() - cancelled
     finally:
         client.stop_stream(cancel_requests=True)
