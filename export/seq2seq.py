@@ -18,7 +18,14 @@ from tokenizers import Tokenizer
 from torch import nn
 from tqdm import tqdm
 
-from export.checkpoint import CONFIG_FILE, load_weights, read_json, round_to_stored_precision, save_checkpoint
+from export.checkpoint import (
+    CONFIG_FILE,
+    METRICS_FILE,
+    load_weights,
+    read_json,
+    round_to_stored_precision,
+    save_checkpoint,
+)
 from export.data import (
     Pair,
     normalize_key,
@@ -161,6 +168,7 @@ def run(
     token_dropout: float = 0.0,
     corpora: Sequence[str] = (),
     main_weight: int = 1,
+    init: Path | None = None,
 ) -> dict:
     """Train and evaluate; write the checkpoint folder; return the metrics.
 
@@ -181,6 +189,11 @@ def run(
     source is a dev or test sentence is dropped. main_weight > 1 repeats the main set's training pairs that many
     times in every epoch, so that a small in-domain set is not drowned by the extra text (the tokenizers still
     learn from each pair once).
+
+    init names a checkpoint of the same task to start from: its architecture, tokenizers and weights
+    (model_cfg then contributes only its dropout). The learning-rate schedule starts again from warm-up
+    (a warm restart, Loshchilov & Hutter 2017), so a second budget continues a finished run; the
+    metrics record the checkpoint's own command and minutes beside this run's.
 
     decoding holds the beam length penalty (scores are sum log p / length ** length_penalty; above 1
     favours longer outputs) and no_repeat_ngram_size (n > 0: no n-gram twice in one output). They are
@@ -210,23 +223,35 @@ def run(
     print(f"{task.name}: train {len(train_pairs)}, dev {len(dev_pairs)}, test {len(test_pairs)}")
 
     folder = Path(state_path).parent if state_path else None
-    src_tok = train_or_resume(
-        folder / SOURCE_TOKENIZER if folder else None,
-        lambda: train_tokenizer(
-            (t for p in train_pairs for t in ((p.source, p.target) if task.shared_vocab else (p.source,))),
-            task.source_vocab,
-        ),
-    )
-    tgt_tok = (
-        src_tok
-        if task.shared_vocab
-        else train_or_resume(
-            folder / TARGET_TOKENIZER if folder else None,
+    initial = init_metrics = None
+    if init is not None:
+        initial, init_config, src_tok, tgt_tok = load(init)
+        if init_config.get("task") != task.name:
+            raise ValueError(f"--init {init} holds a {init_config.get('task')!r} checkpoint, not {task.name!r}")
+        init_metrics = read_json(Path(init) / METRICS_FILE) if (Path(init) / METRICS_FILE).exists() else {}
+        model_cfg = replace(initial.cfg, dropout=model_cfg.dropout)
+        if folder:  # a resumed run must find the same tokenizers
+            folder.mkdir(parents=True, exist_ok=True)
+            src_tok.save(str(folder / SOURCE_TOKENIZER))
+            tgt_tok.save(str(folder / TARGET_TOKENIZER))
+    else:
+        src_tok = train_or_resume(
+            folder / SOURCE_TOKENIZER if folder else None,
             lambda: train_tokenizer(
-                (p.target for p in train_pairs), task.target_vocab, lowercase=task.lowercase_target
+                (t for p in train_pairs for t in ((p.source, p.target) if task.shared_vocab else (p.source,))),
+                task.source_vocab,
             ),
         )
-    )
+        tgt_tok = (
+            src_tok
+            if task.shared_vocab
+            else train_or_resume(
+                folder / TARGET_TOKENIZER if folder else None,
+                lambda: train_tokenizer(
+                    (p.target for p in train_pairs), task.target_vocab, lowercase=task.lowercase_target
+                ),
+            )
+        )
     model_cfg.vocab_size = src_tok.get_vocab_size()
     model_cfg.tgt_vocab_size = tgt_tok.get_vocab_size()
     train_ex = oversample(
@@ -235,6 +260,9 @@ def run(
     dev_ex = encode_pairs(dev_pairs, src_tok, tgt_tok, task)
 
     model = Seq2Seq(model_cfg)
+    if initial is not None:
+        model.load_state_dict(initial.state_dict())
+        print(f"starting from {init} (its command: {init_metrics.get('command', 'unknown')})")
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model: {n_params / 1e6:.2f} M parameters, vocab {model_cfg.vocab_size} → {model_cfg.tgt_vocab_size}")
 
@@ -317,6 +345,11 @@ def run(
             **{name: len(pairs) for name, pairs in extra_tests.items()},
             "seed": train_cfg.seed,
         },
+        **(
+            {"initialized_from": {"checkpoint": str(init), **{k: init_metrics.get(k) for k in ("command", "history")}}}
+            if init is not None
+            else {}
+        ),
         "extra_corpora": list(corpora),
         "main_weight": main_weight,
         "train_examples_per_epoch": len(train_ex),

@@ -121,8 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--init",
         type=Path,
-        default=Path("checkpoints") / "summarize",
-        help="summarize --extractive: the summarize checkpoint whose encoder and tokenizer the scorer starts from",
+        help="translate/summarize: continue from this checkpoint of the same task (its architecture, tokenizers "
+        "and weights; the learning rate warms up again), e.g. to spend a second budget on a finished run. "
+        "summarize --extractive: the summarize checkpoint whose encoder and tokenizer the scorer starts from "
+        "(default there: checkpoints/summarize)",
     )
     p.add_argument(
         "--length-penalty",
@@ -199,13 +201,15 @@ def main(argv: list[str] | None = None) -> int:
         build_parser().error(f"--main-weight must be at least 1, got {args.main_weight}")
     if args.extractive and args.task != "summarize":
         build_parser().error("--extractive applies to summarize only")
+    if args.init is not None and args.task == "sentiment":
+        build_parser().error("--init applies to translate and summarize only")
     if args.extractive:
         from export import extractive
 
         extractive.run(
             args.data_dir,
             args.out or Path("checkpoints") / "summarize" / extractive.EXTRACTOR_FOLDER,
-            args.init,
+            args.init or Path("checkpoints") / "summarize",
             train_cfg,
             args.state or Path("runs") / "summarize-extractor" / "state.pt",
             args.limit,
@@ -251,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
             token_dropout=args.token_dropout,
             corpora=corpora,
             main_weight=args.main_weight,
+            init=args.init,
         )
     return 0
 

@@ -307,3 +307,36 @@ def test_name_probes_count_a_name_in_any_accepted_spelling():
     assert wrong_names(right)[:1] == []  # the first output names Beijing
     kyoto = ["Kyoto is the capital of China.", *right[1:]]
     assert wrong_names(kyoto) == [f"{NAMED[0][0]} → 'Kyoto is the capital of China.' (wanted Beijing)"]
+
+
+def test_a_translate_run_can_continue_from_a_finished_checkpoint(fake_data_dir, tmp_path):
+    import json
+
+    import pytest
+    import torch
+
+    from export import seq2seq
+
+    first = tmp_path / "first"
+    argv = ["translate", "--data-dir", str(fake_data_dir), "--epochs", "1", "--minutes", "1", "--heads", "2"]
+    argv += ["--d-model", "32", "--layers", "1", "--decoder-layers", "1", "--d-ff", "64", "--target-vocab", "120"]
+    assert train_main([*argv, "--out", str(first), "--state", str(tmp_path / "a" / "st.pt")]) == 0
+    start, _, src, tgt = seq2seq.load(first)
+
+    # --d-model 48 is overruled by the checkpoint's architecture; a zero learning rate keeps its weights
+    second = tmp_path / "second"
+    rest = ["--out", str(second), "--state", str(tmp_path / "b" / "st.pt"), "--init", str(first), "--lr", "0"]
+    assert train_main([*argv, "--d-model", "48", *rest]) == 0
+    model, config, src2, tgt2 = seq2seq.load(second)
+    assert config["model"]["d_model"] == 32
+    assert src2.get_vocab() == src.get_vocab() and tgt2.get_vocab() == tgt.get_vocab()
+    for name, tensor in start.state_dict().items():
+        torch.testing.assert_close(model.state_dict()[name], tensor)
+    metrics = json.loads((second / "metrics.json").read_text())
+    assert metrics["initialized_from"]["checkpoint"] == str(first)
+    assert metrics["initialized_from"]["command"] == json.loads((first / "metrics.json").read_text())["command"]
+
+    with pytest.raises(ValueError, match="holds a 'translate' checkpoint, not 'summarize'"):
+        train_main(["summarize", "--data-dir", str(fake_data_dir), "--init", str(first), "--out", str(tmp_path / "s")])
+    with pytest.raises(SystemExit):
+        train_main(["sentiment", "--init", str(first)])
