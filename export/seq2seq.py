@@ -193,7 +193,8 @@ def run(
     init names a checkpoint of the same task to start from: its architecture, tokenizers and weights
     (model_cfg then contributes only its dropout). The learning-rate schedule starts again from warm-up
     (a warm restart, Loshchilov & Hutter 2017), so a second budget continues a finished run; the
-    metrics record the checkpoint's own command and minutes beside this run's.
+    metrics record the checkpoint's own command and epochs beside this run's. Its split seed must be this
+    run's: another seed's dev split overlaps the training split the checkpoint learned from.
 
     decoding holds the beam length penalty (scores are sum log p / length ** length_penalty; above 1
     favours longer outputs) and no_repeat_ngram_size (n > 0: no n-gram twice in one output). They are
@@ -229,6 +230,9 @@ def run(
         if init_config.get("task") != task.name:
             raise ValueError(f"--init {init} holds a {init_config.get('task')!r} checkpoint, not {task.name!r}")
         init_metrics = read_json(Path(init) / METRICS_FILE) if (Path(init) / METRICS_FILE).exists() else {}
+        init_seed = init_metrics.get("splits", {}).get("seed", train_cfg.seed)
+        if init_seed != train_cfg.seed:  # another seed's dev split overlaps the checkpoint's training split
+            raise ValueError(f"--init {init} was trained on the split of --seed {init_seed}; give that seed")
         model_cfg = replace(initial.cfg, dropout=model_cfg.dropout)
         if folder:  # a resumed run must find the same tokenizers
             folder.mkdir(parents=True, exist_ok=True)

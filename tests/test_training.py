@@ -46,7 +46,7 @@ def test_split_never_puts_one_text_in_two_splits():
     assert 0.8 < len(parts[0]) / len(rows) < 0.97
 
 
-def test_tiny_training_run_writes_a_servable_checkpoint(fake_data_dir, tmp_path):
+def test_tiny_training_run_writes_a_servable_checkpoint(fake_data_dir, tmp_path, capsys):
     out = tmp_path / "checkpoints" / "sentiment"
     argv = ["sentiment", "--data-dir", str(fake_data_dir), "--out", str(out), "--state", str(tmp_path / "st.pt")]
     argv += ["--epochs", "3", "--minutes", "2", "--d-model", "32", "--layers", "1", "--heads", "2"]
@@ -63,6 +63,16 @@ def test_tiny_training_run_writes_a_servable_checkpoint(fake_data_dir, tmp_path)
     assert train_main(argv[: -0 or None] + ["--epochs", "4"]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert [e["epoch"] for e in metrics["history"]["epochs"]] == [1, 2, 3, 4]
+
+    # the scoring tool recomputes the test scores the run wrote, per set
+    from export import sentiment_scores
+
+    capsys.readouterr()
+    assert sentiment_scores.main([str(out), "--data-dir", str(fake_data_dir)]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:] if line.startswith("  ")}
+    assert set(lines) == set(metrics["test"])
+    for name, scores in metrics["test"].items():
+        assert f"{scores['accuracy']:.2%} / {scores['f1_macro']:.2%}" in lines[name]
 
     # the checkpoint exports and the front model's assets are laid out
     repo = tmp_path / "repo"
@@ -336,6 +346,8 @@ def test_a_translate_run_can_continue_from_a_finished_checkpoint(fake_data_dir, 
     assert metrics["initialized_from"]["checkpoint"] == str(first)
     assert metrics["initialized_from"]["command"] == json.loads((first / "metrics.json").read_text())["command"]
 
+    with pytest.raises(ValueError, match="trained on the split of --seed 13; give that seed"):
+        train_main([*argv, *rest, "--seed", "7"])
     with pytest.raises(ValueError, match="holds a 'translate' checkpoint, not 'summarize'"):
         train_main(["summarize", "--data-dir", str(fake_data_dir), "--init", str(first), "--out", str(tmp_path / "s")])
     with pytest.raises(SystemExit):
