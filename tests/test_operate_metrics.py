@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -156,6 +157,7 @@ def test_execute_counts_requests_batch_tokens_truncations_and_rejections_by_reas
     responses = front.execute(requests)
     assert [r.error is None for r in responses] == [True, False, False, False, True]
     created = FakeFamily.created
+    front.metrics.flush()
     assert created[fm.REQUESTS.name].total(model="echo") == 5
     assert created[fm.TEXTS.name].total() == 3
     assert created[fm.INPUT_TOKENS.name].total() == 3 + 8 + 3
@@ -170,6 +172,7 @@ def test_execute_counts_requests_batch_tokens_truncations_and_rejections_by_reas
 def test_a_server_fault_is_counted_as_internal_error(front):
     responses = front.execute([text_request(b"boom"), text_request(b"fine")])
     assert all(r.error is not None and r.error.code == FakeError.INTERNAL for r in responses)  # same group
+    front.metrics.flush()
     rejected = {m.labels["reason"]: sum(m.values) for m in FakeFamily.created[fm.REJECTED.name].metrics}
     assert rejected["internal_error"] == 2
 
@@ -179,6 +182,7 @@ def test_unknown_reason_is_folded_into_invalid_input_and_no_metric_api_means_no_
     FakeFamily.created.clear()
     metrics = fm.FrontMetrics(FakePb, "m", "m_0")
     metrics.rejected("some new reason")
+    metrics.flush()
     assert {m.labels["reason"]: sum(m.values) for m in FakeFamily.created[fm.REJECTED.name].metrics}[
         "invalid_input"
     ] == 1
@@ -211,6 +215,19 @@ def totals(metrics_url: str) -> dict[tuple[str, str, str], float]:
     return out
 
 
+def settled_totals(metrics_url: str, ready, timeout_s: float = 10.0) -> dict[tuple[str, str, str], float]:
+    """totals once ``ready(totals)`` holds and two reads a flush period apart agree: the front models send
+    their updates every FLUSH_PERIOD_S, so a scrape right after a response may not show it yet."""
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while True:
+        now = totals(metrics_url)
+        if (now == last and ready(now)) or time.monotonic() > deadline:
+            return now
+        last = now
+        time.sleep(2 * fm.FLUSH_PERIOD_S)
+
+
 def infer(client: grpcclient.InferenceServerClient, model: str, texts: list[bytes], **ints: int):
     inputs = [grpcclient.InferInput("TEXT", [len(texts), 1], "BYTES")]
     inputs[0].set_data_from_numpy(np.array([[t] for t in texts], dtype=np.object_))
@@ -238,10 +255,12 @@ def test_real_server_exports_the_custom_metrics(triton):
             infer(client, "sentiment", [b"   "])
         with pytest.raises(InferenceServerException, match="NUM_BEAMS must be between 1 and 8, got 9"):
             infer(client, "summarize", ["今天天气很好。".encode()], NUM_BEAMS=9)
-    after = totals(triton.metrics_url)
 
     def delta(name: str, model: str, reason: str = "") -> float:
         return after[(name, model, reason)] - before.get((name, model, reason), 0.0)
+
+    generated = ("ropeserve_generated_tokens_total", "translate", "")
+    after = settled_totals(triton.metrics_url, lambda now: now[generated] > before.get(generated, 0.0))
 
     assert delta("ropeserve_requests_total", "sentiment") == 2
     assert delta("ropeserve_texts_total", "sentiment") == 2
@@ -271,11 +290,13 @@ def test_a_failing_metrics_api_never_fails_the_model(front, capsys):
     front.metrics = metrics
     assert front.execute([text_request(b"abc")])[0].error is None
     # a series that breaks later (an increment that raises) disables metrics the same way
-    flaky = fm.FrontMetrics(FakePb, "m", "m_1")
+    flaky = fm.FrontMetrics(FakePb, "m", "m_1", flush_period_s=3600)
     for series in flaky._series.values():
         series.increment = series.observe = lambda value: (_ for _ in ()).throw(RuntimeError("gone"))
     flaky.requests(1)
     flaky.batch(2)
+    assert flaky.enabled  # nothing is sent before the flush
+    flaky.flush()
     assert not flaky.enabled
 
 

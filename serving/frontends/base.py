@@ -258,6 +258,10 @@ class FrontModel:
         self.metrics = FrontMetrics(pb, name, args.get("model_instance_name", name))
         self.parameters = {k: v["string_value"] for k, v in self.model_config.get("parameters", {}).items()}
 
+    def finalize(self) -> None:
+        """The model is unloading: send the last metric updates."""
+        self.metrics.close()
+
     def graph_threads(self) -> int:
         """ONNX Runtime intra-op threads of the graphs the front model runs itself (the definition's `threads`)."""
         return int(self.parameters.get("intra_op_thread_count", "1"))

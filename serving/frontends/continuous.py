@@ -66,10 +66,10 @@ class ContinuousFront(FrontModel):
     def finalize(self) -> None:
         self._reporting.set()
         self.engine.stop()
+        super().finalize()
 
     def _report_metrics(self) -> None:
-        """The engine's gauges and counters, twice a second: a metrics update is a message to Triton, too costly
-        for every step."""
+        """The engine's gauges and counters, twice a second (what a step counts is summed here, not per step)."""
         steps = 0
         while not self._reporting.wait(METRICS_PERIOD_S):
             stats = self.engine.stats
@@ -142,7 +142,7 @@ class Reply:
         self.sent = [""] * rows  # text already streamed, per row
         self.done = [False] * rows
         self.lock = threading.Lock()
-        self.checked = 0.0
+        self.checked = time.monotonic()  # asking the server is a message; a request just sent is rarely gone
         self.is_cancelled = False
 
     def cancelled(self) -> bool:

@@ -14,16 +14,24 @@ to unload frees under the other.
 
 The families and metrics are created once per instance and kept referenced here: Triton removes a
 series when its Python ``Metric`` object is garbage-collected.
+
+Updates are buffered and sent by a background thread every ``FLUSH_PERIOD_S``: each update of a Triton metric
+is a message from the stub to the server that the caller waits for, and on the generation engine's hot path
+(a counter or two per request) those waits took a fifth of the engine thread's time under load (py-spy,
+BENCHMARKS.md). A scrape therefore lags the traffic by up to that period.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
+from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 PREFIX = "ropeserve_"
+FLUSH_PERIOD_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -123,15 +131,22 @@ def exported_names(spec: MetricSpec) -> list[str]:
 
 class FrontMetrics:
     """The metrics of one front-model instance. Without ``pb.MetricFamily`` (unit tests with a fake
-    ``pb``, or a Triton without custom metrics) every method is a no-op."""
+    ``pb``, or a Triton without custom metrics) every method is a no-op. Updates reach Triton at the next
+    :meth:`flush`, which a background thread runs every ``flush_period_s``; :meth:`close` flushes and stops it."""
 
-    def __init__(self, pb: Any, model: str, instance: str) -> None:
+    def __init__(self, pb: Any, model: str, instance: str, flush_period_s: float = FLUSH_PERIOD_S) -> None:
         self.model = model
         self.instance = instance
         family_cls = getattr(pb, "MetricFamily", None)
         self.enabled = family_cls is not None
         self._families: dict[str, Any] = {}
         self._series: dict[tuple, Any] = {}
+        # what the next flush sends, keyed by (spec, label items): counter increments, observations, gauge values
+        self._lock = threading.Lock()
+        self._increments: dict[tuple, float] = defaultdict(float)
+        self._observations: dict[tuple, list[float]] = defaultdict(list)
+        self._gauges: dict[tuple, float] = {}
+        self._closed = threading.Event()
         if not self.enabled:
             return
         try:
@@ -145,6 +160,11 @@ class FrontMetrics:
                     self._get(spec, **({"reason": reason} if reason else {}))
         except Exception as err:  # noqa: BLE001 - e.g. Triton started with --allow-metrics=false
             self._disable(err)
+            return
+        self._flusher = threading.Thread(
+            target=self._flush_every, args=(flush_period_s,), name="metrics-flush", daemon=True
+        )
+        self._flusher.start()
 
     def _disable(self, err: Exception) -> None:
         """Metrics are never worth a failed model load or request: report once, then stay silent."""
@@ -168,28 +188,52 @@ class FrontMetrics:
 
     def _add(self, spec: MetricSpec, value: float, **extra: str) -> None:
         if self.enabled and value > 0:
-            try:
-                self._get(spec, **extra).increment(float(value))
-            except Exception as err:  # noqa: BLE001
-                self._disable(err)
+            with self._lock:
+                self._increments[(spec, *sorted(extra.items()))] += float(value)
 
     def _observe(self, spec: MetricSpec, values: Iterable[float]) -> None:
         if self.enabled:
-            try:
+            with self._lock:
+                self._observations[(spec,)].extend(float(value) for value in values)
+
+    def _set(self, spec: MetricSpec, value: float) -> None:
+        if self.enabled:
+            with self._lock:
+                self._gauges[(spec,)] = float(value)
+
+    def flush(self) -> None:
+        """Send what was recorded since the last flush to Triton."""
+        with self._lock:
+            increments, self._increments = self._increments, defaultdict(float)
+            observations, self._observations = self._observations, defaultdict(list)
+            gauges, self._gauges = self._gauges, {}
+        if not self.enabled:
+            return
+        try:
+            for (spec, *extra), value in increments.items():
+                self._get(spec, **dict(extra)).increment(value)
+            for (spec,), values in observations.items():
                 series = self._get(spec)
                 for value in values:
-                    series.observe(float(value))
-            except Exception as err:  # noqa: BLE001
-                self._disable(err)
+                    series.observe(value)
+            for (spec,), value in gauges.items():
+                self._get(spec).set(value)
+        except Exception as err:  # noqa: BLE001
+            self._disable(err)
+
+    def _flush_every(self, period_s: float) -> None:
+        while not self._closed.wait(period_s):
+            self.flush()
+
+    def close(self) -> None:
+        """Flush what is left and stop the background thread (the model is unloading)."""
+        self._closed.set()
+        self.flush()
 
     # -- what the front model reports ----------------------------------------------------
     def engine(self, running_rows: int, steps: int, queue_seconds: Iterable[float], first_token: Iterable[float]):
         """The engine since the last report: its running batch now, steps run, waits and first-token times."""
-        if self.enabled:
-            try:
-                self._get(RUNNING_ROWS).set(float(running_rows))
-            except Exception as err:  # noqa: BLE001
-                self._disable(err)
+        self._set(RUNNING_ROWS, running_rows)
         self._add(ENGINE_STEPS, steps)
         self._observe(QUEUE_SECONDS, queue_seconds)
         self._observe(FIRST_TOKEN_SECONDS, first_token)

@@ -17,4 +17,5 @@ class TritonPythonModel:
         return self.front.execute(requests)
 
     def finalize(self):
+        self.front.finalize()
         self.front = None
