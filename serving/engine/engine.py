@@ -347,7 +347,7 @@ def _take_rows(
         if rows is None:
             head[...] = array
         else:
-            np.take(array, rows, axis=0, out=head)
+            np.take(array, rows, axis=0, out=head, mode="clip")  # rows are valid; "raise" copies twice
     else:
         head[...] = 0
         head[(slice(None), *(slice(0, n) for n in array.shape[1:]))] = array if rows is None else array[rows]
