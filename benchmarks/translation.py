@@ -1,4 +1,4 @@
-"""Comparison 6, translation: the continuous-batching engine against CTranslate2 and today's served translate.
+"""Comparison 6, translation: the continuous-batching engine against CTranslate2 and the BeamSearch-op front.
 
 Everything in one run on one machine, so the ratios compare like with like:
 
@@ -8,9 +8,10 @@ Everything in one run on one machine, so the ratios compare like with like:
    decodes more sources at once than a batch holds). Each: one warm-up pass, then the median of the timed passes
    (benchmarks/ctranslate2_baseline.py's protocol);
 2. served, closed loop: the real Triton on model_repository as built (`translate` on the engine) and on a copy
-   whose `translate` is the previous setup (the BLS front calling the BeamSearch generator, two front instances);
-   16 and 32 gRPC client threads, one test sentence per request, a fixed window after a warm-up; the two servers
-   run side by side but only one is loaded at a time (repetitions interleaved);
+   whose `translate` is the setup the engine replaced ("today's" when the bars were set: the BLS front calling the
+   BeamSearch generator, two front instances); 16 and 32 gRPC client threads, one test sentence per request, a
+   fixed window after a warm-up; the two servers run side by side but only one is loaded at a time (repetitions
+   interleaved);
 3. streaming: `translate_stream` on the engine at 16 clients: time to the first non-empty piece and to the final
    response of every request;
 4. the ratios and bars (:func:`bars`).
@@ -45,12 +46,11 @@ STREAM_MODEL = "translate_stream"
 GENERATOR_MODEL = "translate_generator"
 OUTPUT = "TRANSLATION"
 GENERATION_FRONT = "serving.frontends.generation:GenerationFront"
-TODAY_INSTANCES = 2  # the previous served setup ran two front instances
 BATCH = 32
 BEAMS = (1, 4)
 CT2_FP32, CT2_INT8, BEAMSEARCH_OP, ENGINE = "ctranslate2_fp32", "ctranslate2_int8", "onnx_beamsearch", "engine"
 RUNTIMES = (CT2_FP32, CT2_INT8, BEAMSEARCH_OP, ENGINE)
-ENGINE_SERVER, TODAY_SERVER = "engine", "generation_front"  # served: the engine variant; model_repository
+ENGINE_SERVER, TODAY_SERVER = "engine", "generation_front"  # served: model_repository; the BeamSearch-op variant
 SERVERS = (ENGINE_SERVER, TODAY_SERVER)
 REQUEST_TIMEOUT_S = 120.0
 # Bars: served engine vs CTranslate2 offline, vs today's served translate, p99 not worse, TTFT share.
@@ -185,16 +185,13 @@ def offline(profile: Profile, sentences: list[str], workdir: Path) -> list[dict[
     return rows
 
 
-# -- the engine serving `translate`: a variant repository ------------------------------------------------------
+# -- the BeamSearch-op front serving `translate`: a variant repository (the baseline) ---------------------------
 
 
 def variant_definition(text: str) -> str:
-    """The task definition with `translate` on the front of its streaming twin (the engine): the [endpoint]
-    table's front line replaced by [stream]'s; nothing else changes (checked by parsing the result)."""
+    """The task definition with `translate` on the BeamSearch-op front (the setup the engine replaced): the
+    [endpoint] table's front line replaced; nothing else changes (checked by parsing the result)."""
     before = tomllib.loads(text)
-    engine_front = before.get("stream", {}).get("front")
-    if engine_front is None:
-        raise ValueError("the definition has no [stream] front to serve translate with")
     lines = text.splitlines(keepends=True)
     header = re.compile(r"^\s*\[")
     start = next((i for i, line in enumerate(lines) if line.strip() == "[endpoint]"), None)
@@ -204,50 +201,36 @@ def variant_definition(text: str) -> str:
         if header.match(lines[i]):
             raise ValueError("[endpoint] has no front = … line")
         if re.match(r"^\s*front\s*=", lines[i]):
-            lines[i] = f"front = {json.dumps(engine_front)}\n"  # a TOML basic string is a JSON string
+            lines[i] = f"front = {json.dumps(GENERATION_FRONT)}\n"  # a TOML basic string is a JSON string
             break
     out = "".join(lines)
     after = tomllib.loads(out)
     expected = json.loads(json.dumps(before))
-    expected["endpoint"]["front"] = engine_front
+    expected["endpoint"]["front"] = GENERATION_FRONT
     if after != expected:
         raise ValueError("rewriting the definition changed more than [endpoint] front")
     return out
 
 
-def variant_config(text: str) -> str:
-    """The streaming twin's config.pbtxt as `translate`'s: its name, and one response per request (not
-    decoupled); instances, threads and queue kept."""
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2
-
-    config = text_format.Parse(text, model_config_pb2.ModelConfig())
-    config.name = TASK
-    config.ClearField("model_transaction_policy")
-    return text_format.MessageToString(config)
-
-
 def build_variant(root: Path, repository: Path = REPOSITORY) -> Path:
-    """A repository under ``root`` holding `translate` served by the engine, made from `translate_stream`: text
-    files copied (the definition and the config rewritten), ONNX files symlinked. Returns it."""
-    repo = Path(root) / "translate_engine"
+    """A repository under ``root`` holding `translate` on the BeamSearch-op front and the generator it calls,
+    made from the built repository: text files copied (the definitions rewritten), ONNX files symlinked."""
+    repo = Path(root) / "translate_beamsearch_op"
     if repo.exists():
         shutil.rmtree(repo)
-    source_dir = Path(repository) / STREAM_MODEL
-    for source in sorted(source_dir.rglob("*")):
-        if "__pycache__" in source.parts or source.is_dir():
-            continue
-        relative = source.relative_to(source_dir)
-        target = repo / TASK / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if relative == Path("config.pbtxt"):
-            target.write_text(variant_config(source.read_text(encoding="utf-8")), encoding="utf-8")
-        elif source.suffix == ".toml":
-            target.write_text(variant_definition(source.read_text(encoding="utf-8")), encoding="utf-8")
-        elif source.suffix == ".onnx":
-            target.symlink_to(source.resolve())
-        else:
-            shutil.copyfile(source, target)
+    for model in (TASK, GENERATOR_MODEL):
+        source_dir = Path(repository) / model
+        for source in sorted(source_dir.rglob("*")):
+            if "__pycache__" in source.parts or source.is_dir():
+                continue
+            target = repo / model / source.relative_to(source_dir)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if source.suffix == ".toml":
+                target.write_text(variant_definition(source.read_text(encoding="utf-8")), encoding="utf-8")
+            elif source.suffix == ".onnx":
+                target.symlink_to(source.resolve())
+            else:
+                shutil.copyfile(source, target)
     return repo
 
 
@@ -421,8 +404,8 @@ def served(profile: Profile, sentences: list[str], workdir: Path) -> tuple[list[
     new_tokens, window, warmup = max_new_tokens(profile), profile.translation_seconds, profile.translation_warmup_s
     with contextlib.ExitStack() as stack:
         servers = {
-            ENGINE_SERVER: _server(stack, build_variant(workdir / "repositories"), [TASK]),
-            TODAY_SERVER: _server(stack, REPOSITORY, [TASK, GENERATOR_MODEL, STREAM_MODEL]),
+            ENGINE_SERVER: _server(stack, REPOSITORY, [TASK, STREAM_MODEL]),
+            TODAY_SERVER: _server(stack, build_variant(workdir / "repositories"), [TASK, GENERATOR_MODEL]),
         }
         # First requests load tokenizers, ORT arenas and the generator's subgraphs: not part of any window.
         for server in servers.values():
@@ -446,7 +429,7 @@ def served(profile: Profile, sentences: list[str], workdir: Path) -> tuple[list[
                     }
                 )
         streaming = []
-        engine_url = servers[TODAY_SERVER].grpc_url  # the streaming twin, as built
+        engine_url = servers[ENGINE_SERVER].grpc_url  # the streaming twin, as built
         clients = profile.translation_stream_clients
         for beams in BEAMS:
             closed_loop(engine_url, STREAM_MODEL, sentences, 2, beams, new_tokens, max(0.5, warmup), 0.0, True)
@@ -614,10 +597,10 @@ def markdown(section: dict[str, Any]) -> list[str]:
         *table(["search", "runtime", *(f"{t} thread(s)" for t in threads)], rows),
         "",
         f"**Served, closed loop** over gRPC, one sentence per request, {section['window_s']:g} s window after "
-        f"{section['warmup_s']:g} s warm-up: sentences/s (p50/p99 ms). `{ENGINE_SERVER}`: `translate` served by "
-        f"the continuous-batching engine (a variant repository made from {STREAM_MODEL}); `{TODAY_SERVER}`: "
-        f"model_repository as built, `translate` on {GENERATION_FRONT.split(':')[1]} calling {GENERATOR_MODEL} "
-        f"by BLS, {TODAY_INSTANCES} front instances.",
+        f"{section['warmup_s']:g} s warm-up: sentences/s (p50/p99 ms). `{ENGINE_SERVER}`: model_repository as "
+        f'built, `translate` on the continuous-batching engine; `{TODAY_SERVER}` ("today" in the bars): a copy '
+        f"whose `translate` is {GENERATION_FRONT.split(':')[1]} calling {GENERATOR_MODEL} by BLS, with the same "
+        "front instances.",
         "",
         *table(["clients", "search", *SERVERS, "engine ÷ today", "errors"], served_rows),
         "",

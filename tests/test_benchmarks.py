@@ -252,20 +252,26 @@ def test_the_served_share_divides_the_top_concurrency_by_the_better_raw_batch_32
 
 
 def _fake_translate_repository(root):
-    """A repository with the committed translate_stream config and definition, and stand-ins for its graphs."""
-    for relative in ("translate_stream/config.pbtxt", "translate/1/translate.toml", "translate/1/model.py"):
-        target = root / relative.replace("translate/", "translate_stream/")
+    """A repository with the committed translate and translate_generator configs and definition, and stand-ins
+    for their graphs."""
+    for relative in (
+        "translate/config.pbtxt",
+        "translate/1/translate.toml",
+        "translate/1/model.py",
+        "translate_generator/config.pbtxt",
+        "translate_generator/configs/cpu.pbtxt",
+    ):
+        target = root / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes((REPOSITORY / relative).read_bytes())
-    (root / "translate_stream/1/encoder.onnx").write_bytes(b"onnx")
+    (root / "translate/1/encoder.onnx").write_bytes(b"onnx")
+    (root / "translate_generator/1").mkdir(parents=True)
+    (root / "translate_generator/1/model.onnx").write_bytes(b"onnx")
     return root
 
 
-def test_translation_variant_serves_translate_on_the_engine(tmp_path):
+def test_translation_variant_serves_translate_on_the_beamsearch_op(tmp_path):
     import tomllib
-
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2
 
     from serving.frontends.base import read_endpoint
 
@@ -274,31 +280,26 @@ def test_translation_variant_serves_translate_on_the_engine(tmp_path):
     repo = translation.build_variant(tmp_path / "out", repository=source)
     assert {p: p.read_bytes() for p in source.rglob("*") if p.is_file()} == originals  # the source is untouched
 
-    task, endpoint = read_endpoint(repo / "translate" / "1", "translate")  # as the front model reads it
-    assert endpoint.front == task.stream.front and not endpoint.decoupled
-    before = tomllib.loads((source / "translate_stream/1/translate.toml").read_text(encoding="utf-8"))
+    _, served = read_endpoint(source / "translate" / "1", "translate")
+    _, endpoint = read_endpoint(repo / "translate" / "1", "translate")  # as the front model reads it
+    assert served.front != translation.GENERATION_FRONT and endpoint.front == translation.GENERATION_FRONT
+    assert endpoint.models["generator"].name == translation.GENERATOR_MODEL
+    before = tomllib.loads((source / "translate/1/translate.toml").read_text(encoding="utf-8"))
     after = tomllib.loads((repo / "translate/1/translate.toml").read_text(encoding="utf-8"))
     before["endpoint"].pop("front"), after["endpoint"].pop("front")
     assert after == before  # nothing else changed
-
-    def config(path):
-        return text_format.Parse(path.read_text(encoding="utf-8"), model_config_pb2.ModelConfig())
-
-    old, new = config(source / "translate_stream/config.pbtxt"), config(repo / "translate/config.pbtxt")
-    assert new.name == "translate" and old.model_transaction_policy.decoupled
-    assert not new.HasField("model_transaction_policy")
-    old.name, new.name = "x", "x"
-    old.ClearField("model_transaction_policy")
-    assert new == old
+    for relative in ("translate/config.pbtxt", "translate_generator/config.pbtxt"):
+        assert (repo / relative).read_bytes() == (source / relative).read_bytes()
+    assert (repo / "translate_generator/1/model.onnx").is_symlink()
     assert (repo / "translate/1/encoder.onnx").is_symlink()
 
 
 def test_translation_variant_refuses_a_definition_it_cannot_rewrite():
     text = (REPOSITORY / "translate/1/translate.toml").read_text(encoding="utf-8")
-    with pytest.raises(ValueError, match="stream"):
-        translation.variant_definition(text.replace("[stream]", "[streamed]"))
+    with pytest.raises(ValueError, match="no \\[endpoint\\]"):
+        translation.variant_definition(text.replace("[endpoint]\n", "[endpoints]\n"))
     with pytest.raises(ValueError, match="front"):
-        translation.variant_definition(text.replace('front = "serving.frontends.generation', 'x = "'))
+        translation.variant_definition(text.replace('front = "serving.frontends.continuous', 'x = "'))
 
 
 def _translation_section():

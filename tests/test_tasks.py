@@ -74,7 +74,7 @@ BAD_DEFINITIONS = {
     "unknown key": ('help = "beam width; 1 is greedy"', 'helps = "x"', "helps: unknown key"),
     "unknown type": ('type = "fp32", dims = [-1, -1, -1] }', 'type = "fp16", dims = [-1] }', "type: must be one of"),
     "model without a source": ('export = "export.build_repository:explainer"\n', "", "give exactly one"),
-    "unknown precision": ("threads = 2\n", 'threads = 2\nprecision = "int4"\n', "precision: must be fp32 or int8"),
+    "unknown precision": ("threads = 1\n", 'threads = 1\nprecision = "int4"\n', "precision: must be fp32 or int8"),
     # string options: `choices` instead of `range`, and a default among them
     "range and choices": ("range = [1, 8]", 'range = [1, 8]\nchoices = ["a"]', "range/choices: give one"),
     "default not a choice": (

@@ -1,5 +1,6 @@
-"""`translate` and `summarize`: texts → one BLS call per (max_new_tokens, num_beams) group to the
-task's BeamSearch generator (the model of role `generator` in its definition) → detokenized text.
+"""`summarize`'s abstractive mode (and the baseline `translate` is benchmarked against): texts → one BLS call
+per (max_new_tokens, num_beams) group to the task's BeamSearch generator (the model of role `generator` in its
+definition) → detokenized text.
 
 Requests in one Triton batch that ask for different settings are grouped, not forced to one
 setting: each group is one generator call (the generator takes one max_length and num_beams
