@@ -4,6 +4,7 @@ rows, and the CLI's --stream."""
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import subprocess
 import sys
 import time
@@ -52,6 +53,17 @@ def test_an_extractive_stream_is_the_answer_in_one_piece(triton, protocol):
     with Client(url, protocol) as client:
         pieces = list(client.stream("summarize", NEWS, mode="extractive"))
         assert pieces == client.summarize(NEWS, mode="extractive") and pieces[0] in NEWS
+
+
+def test_concurrent_extractive_streams_each_get_their_own_text_s_answer(triton):
+    """Extractive requests that arrive together are answered in one scorer call and split back by request."""
+    news = [NEWS, *(text * 2 for text in TEXTS), NEWS[::-1], "今天天气很好，我们去公园散步吧。晚上一起吃饭。"]
+    with Client(triton.grpc_url) as client, cf.ThreadPoolExecutor(len(news)) as pool:
+        expected = client.summarize(news, mode="extractive")
+        for _ in range(3):
+            answers = list(pool.map(lambda text: list(client.stream("summarize", text, mode="extractive")), news))
+            assert answers == [[answer] for answer in expected]
+    assert all(answer in text for answer, text in zip(expected, news, strict=True))
 
 
 def running_rows(triton, model: str) -> float:

@@ -81,15 +81,14 @@ class ContinuousFront(FrontModel):
         self.metrics.requests(len(requests))
         final = self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         accepted = 0
+        whole: dict[tuple, list[tuple[Any, list[str]]]] = {}  # options → (sender, texts) answered in one call
         for request in requests:
             sender = request.get_response_sender()
             try:
                 texts, options = self.read_request(request)
                 settings = dict(options)
-                whole = self.whole_answer(texts, settings)
-                if whole is not None:
-                    self.respond(sender, whole, True)
-                    accepted += len(texts)
+                if self.answers_whole(settings):
+                    whole.setdefault(options, []).append((sender, texts))
                     continue
                 if self.engine.queued_rows() + len(texts) * settings["num_beams"] > MAX_QUEUED_ROWS:
                     raise Overloaded()
@@ -102,10 +101,6 @@ class ContinuousFront(FrontModel):
                 sender.send(self.pb.InferenceResponse(error=error), flags=final)
                 self.metrics.rejected("overloaded")
                 continue
-            except Exception as err:  # noqa: BLE001 - a server fault (in whole_answer) must answer, not hang
-                sender.send(self.error_response(f"internal error: {err}", invalid=False), flags=final)
-                self.metrics.rejected("internal_error")
-                continue
             batch = self.encode(self.source, texts, suffix=[EOS_ID])
             accepted += len(texts)
             reply = Reply(self, sender, len(texts))
@@ -115,12 +110,39 @@ class ContinuousFront(FrontModel):
                     source, settings["max_new_tokens"], settings["num_beams"], reply.callback(row), reply.cancelled
                 )
                 self.engine.submit(job)
+        for options, group in whole.items():
+            accepted += self._answer_whole(group, dict(options))
         self.metrics.batch(accepted)
         return None
 
-    def whole_answer(self, texts: list[str], settings: dict[str, Any]) -> list[str] | None:
-        """The answers of a request that are not generated token by token (a subclass's other mode), or None."""
-        return None
+    def answers_whole(self, settings: dict[str, Any]) -> bool:
+        """Whether a request with these settings is answered whole by :meth:`whole_answer` (a subclass's other
+        mode) rather than generated token by token."""
+        return False
+
+    def whole_answer(self, texts: list[str], settings: dict[str, Any]) -> list[str]:
+        """One answer per text, for the requests :meth:`answers_whole` picks: all of them with the same settings
+        in one call, so they batch as a front model's group does."""
+        raise NotImplementedError
+
+    def _answer_whole(self, group: list[tuple[Any, list[str]]], settings: dict[str, Any]) -> int:
+        """Answer each request of the group in one final response; the texts answered (0 on a fault)."""
+        texts = [text for _, request_texts in group for text in request_texts]
+        try:
+            answers = self.whole_answer(texts, settings)
+        except Exception as err:  # noqa: BLE001 - a server fault must answer every request, not hang them
+            for sender, _ in group:
+                sender.send(
+                    self.error_response(f"internal error: {err}", invalid=False),
+                    flags=self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                )
+                self.metrics.rejected("internal_error")
+            return 0
+        start = 0
+        for sender, request_texts in group:
+            self.respond(sender, answers[start : start + len(request_texts)], True)
+            start += len(request_texts)
+        return len(texts)
 
     def respond(self, sender: Any, pieces: Sequence[str], final: bool) -> None:
         tensor = self.pb.Tensor(self.output, np.array([[p.encode("utf-8")] for p in pieces], dtype=np.object_))

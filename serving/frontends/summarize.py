@@ -48,5 +48,8 @@ class SummarizeFront(SpanExtraction, GenerationFront):
 
 
 class SummarizeStreamFront(SpanExtraction, ContinuousFront):
-    def whole_answer(self, texts: list[str], settings: dict[str, Any]) -> list[str] | None:
-        return self.extract(texts) if settings["mode"] == EXTRACTIVE else None
+    def answers_whole(self, settings: dict[str, Any]) -> bool:
+        return settings["mode"] == EXTRACTIVE
+
+    def whole_answer(self, texts: list[str], settings: dict[str, Any]) -> list[str]:
+        return self.extract(texts)
