@@ -15,6 +15,8 @@ would push the engine's queue past its bound is refused at once with UNAVAILABLE
 
 from __future__ import annotations
 
+import queue
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -59,6 +61,13 @@ class ContinuousFront(FrontModel):
         )
         self.streaming = self.endpoint.decoupled
         self.output = self.outputs[0]
+        # Sending a response and asking whether a request was cancelled are messages to the server that the
+        # caller waits for: a thread of their own does both, so the engine's thread only decodes.
+        self._outbox: queue.SimpleQueue[tuple[Any, Sequence[str], bool] | None] = queue.SimpleQueue()
+        self._live: set[Reply] = set()  # replies not yet final: polled for cancellation
+        self._live_lock = threading.Lock()
+        self._messenger = threading.Thread(target=self._send_and_poll, name="engine-responses", daemon=True)
+        self._messenger.start()
         self.engine.start()
         self._reporting = threading.Event()
         threading.Thread(target=self._report_metrics, name="engine-metrics", daemon=True).start()
@@ -66,7 +75,34 @@ class ContinuousFront(FrontModel):
     def finalize(self) -> None:
         self._reporting.set()
         self.engine.stop()
+        self._outbox.put(None)
+        self._messenger.join()
         super().finalize()
+
+    def _send_and_poll(self) -> None:
+        """Send what the engine's thread queued, in order; every CANCEL_POLL_S ask for each live request whether
+        its client cancelled or went away."""
+        polled = time.monotonic()
+        while True:
+            try:
+                item = self._outbox.get(timeout=CANCEL_POLL_S)
+            except queue.Empty:
+                item = ()
+            if item is None:
+                return
+            try:
+                if item:
+                    self.respond(*item)
+                if time.monotonic() - polled >= CANCEL_POLL_S:
+                    polled = time.monotonic()
+                    with self._live_lock:
+                        live = list(self._live)
+                    for reply in live:
+                        reply.poll()
+            except Exception as err:  # noqa: BLE001 - one failed message must not stop every later answer
+                print(
+                    f"ropeserve: {self.metrics.instance}: sending a response failed: {err}", file=sys.stderr, flush=True
+                )
 
     def _report_metrics(self) -> None:
         """The engine's gauges and counters, twice a second (what a step counts is summed here, not per step)."""
@@ -104,6 +140,8 @@ class ContinuousFront(FrontModel):
             batch = self.encode(self.source, texts, suffix=[EOS_ID])
             accepted += len(texts)
             reply = Reply(self, sender, len(texts))
+            with self._live_lock:
+                self._live.add(reply)
             for row in range(len(texts)):
                 source = batch.ids[row, : batch.lengths[row]].tolist()
                 job = Job(
@@ -164,16 +202,23 @@ class Reply:
         self.sent = [""] * rows  # text already streamed, per row
         self.done = [False] * rows
         self.lock = threading.Lock()
-        self.checked = time.monotonic()  # asking the server is a message; a request just sent is rarely gone
         self.is_cancelled = False
 
-    def cancelled(self) -> bool:
-        """The client went away or cancelled: polled by the engine, at most every CANCEL_POLL_S per request."""
-        now = time.monotonic()
-        if not self.is_cancelled and now - self.checked > CANCEL_POLL_S:
-            self.checked = now
+    def poll(self) -> None:
+        """Ask the server whether the client cancelled or went away (the messenger thread, every CANCEL_POLL_S)."""
+        if not self.is_cancelled:
             self.is_cancelled = bool(self.sender.is_cancelled())
+
+    def cancelled(self) -> bool:
+        """The client went away or cancelled, as last polled: read by the engine every step."""
         return self.is_cancelled
+
+    def send(self, pieces: Sequence[str], final: bool) -> None:
+        """Queue a response for the messenger thread; a final one ends this reply's polling."""
+        if final:
+            with self.front._live_lock:
+                self.front._live.discard(self)
+        self.front._outbox.put((self.sender, pieces, final))
 
     def callback(self, row: int):
         def on_tokens(tokens: list[int], final: bool) -> None:
@@ -183,14 +228,14 @@ class Reply:
                 finished = all(self.done)
                 if self.is_cancelled:
                     if finished:
-                        self.front.respond(self.sender, [""] * len(self.sent), True)
+                        self.send([""] * len(self.sent), True)
                     return
                 if self.front.streaming:
                     self._stream(row, finished)
                 elif finished:
                     texts = [detokenize(self.front.target, t) for t in self.tokens]
                     self.front.metrics.generated(sum(len(t) for t in self.tokens))
-                    self.front.respond(self.sender, texts, True)
+                    self.send(texts, True)
 
         return on_tokens
 
@@ -207,9 +252,9 @@ class Reply:
                 self.sent[r] = text
         if finished:
             self.front.metrics.generated(sum(len(t) for t in self.tokens))
-            self.front.respond(self.sender, pieces, True)
+            self.send(pieces, True)
         elif any(pieces):
-            self.front.respond(self.sender, pieces, False)
+            self.send(pieces, False)
 
 
 def settled_text(text: str) -> str:
