@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import time
 from collections import defaultdict
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +14,7 @@ from tritonclient.utils import InferenceServerException
 
 from serving.frontends import metrics as fm
 from serving.frontends.base import FrontModel, InputError
-from serving.metrics import metric_values, scrape
+from serving.metrics import metric_values, scrape, settled
 
 REPOSITORY = Path(__file__).resolve().parents[1] / "model_repository"
 
@@ -215,19 +215,6 @@ def totals(metrics_url: str) -> dict[tuple[str, str, str], float]:
     return out
 
 
-def settled_totals(metrics_url: str, ready, timeout_s: float = 10.0) -> dict[tuple[str, str, str], float]:
-    """totals once ``ready(totals)`` holds and two reads a flush period apart agree: the front models send
-    their updates every FLUSH_PERIOD_S, so a scrape right after a response may not show it yet."""
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while True:
-        now = totals(metrics_url)
-        if (now == last and ready(now)) or time.monotonic() > deadline:
-            return now
-        last = now
-        time.sleep(2 * fm.FLUSH_PERIOD_S)
-
-
 def infer(client: grpcclient.InferenceServerClient, model: str, texts: list[bytes], **ints: int):
     inputs = [grpcclient.InferInput("TEXT", [len(texts), 1], "BYTES")]
     inputs[0].set_data_from_numpy(np.array([[t] for t in texts], dtype=np.object_))
@@ -240,7 +227,8 @@ def infer(client: grpcclient.InferenceServerClient, model: str, texts: list[byte
 
 def test_real_server_exports_the_custom_metrics(triton):
     max_tokens = json.loads((REPOSITORY / "sentiment" / "1" / "config.json").read_text())["max_tokens"]
-    before = settled_totals(triton.metrics_url, lambda now: True)  # earlier tests' last updates in
+    read = partial(totals, triton.metrics_url)
+    before = settled(read, lambda now: True)  # with the earlier tests' last updates
     names = {name for name, _, _ in before}
     for spec in fm.ALL_METRICS:
         assert set(fm.exported_names(spec)) <= names | {spec.name + "_bucket"}, spec.name
@@ -260,7 +248,7 @@ def test_real_server_exports_the_custom_metrics(triton):
         return after[(name, model, reason)] - before.get((name, model, reason), 0.0)
 
     generated = ("ropeserve_generated_tokens_total", "translate", "")
-    after = settled_totals(triton.metrics_url, lambda now: now[generated] > before.get(generated, 0.0))
+    after = settled(read, lambda now: now[generated] > before.get(generated, 0.0))
 
     assert delta("ropeserve_requests_total", "sentiment") == 2
     assert delta("ropeserve_texts_total", "sentiment") == 2

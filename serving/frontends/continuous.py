@@ -64,7 +64,7 @@ class ContinuousFront(FrontModel):
         # Sending a response and asking whether a request was cancelled are messages to the server that the
         # caller waits for: a thread of their own does both, so the engine's thread only decodes.
         self._outbox: queue.SimpleQueue[tuple[Any, Sequence[str], bool] | None] = queue.SimpleQueue()
-        self._live: set[Reply] = set()  # replies not yet final: polled for cancellation
+        self._live: set[Reply] = set()
         self._live_lock = threading.Lock()
         self._messenger = threading.Thread(target=self._send_and_poll, name="engine-responses", daemon=True)
         self._messenger.start()
@@ -104,6 +104,13 @@ class ContinuousFront(FrontModel):
                     f"ropeserve: {self.metrics.instance}: sending a response failed: {err}", file=sys.stderr, flush=True
                 )
 
+    def queue_response(self, reply: Reply, pieces: Sequence[str], final: bool) -> None:
+        """Hand a response of the engine's thread to the messenger thread; a final one ends the reply's polling."""
+        if final:
+            with self._live_lock:
+                self._live.discard(reply)
+        self._outbox.put((reply.sender, pieces, final))
+
     def _report_metrics(self) -> None:
         """The engine's gauges and counters, twice a second (what a step counts is summed here, not per step)."""
         steps = 0
@@ -141,7 +148,7 @@ class ContinuousFront(FrontModel):
             accepted += len(texts)
             reply = Reply(self, sender, len(texts))
             with self._live_lock:
-                self._live.add(reply)
+                self._live.add(reply)  # polled for cancellation until its final response is queued
             for row in range(len(texts)):
                 source = batch.ids[row, : batch.lengths[row]].tolist()
                 job = Job(
@@ -213,13 +220,6 @@ class Reply:
         """The client went away or cancelled, as last polled: read by the engine every step."""
         return self.is_cancelled
 
-    def send(self, pieces: Sequence[str], final: bool) -> None:
-        """Queue a response for the messenger thread; a final one ends this reply's polling."""
-        if final:
-            with self.front._live_lock:
-                self.front._live.discard(self)
-        self.front._outbox.put((self.sender, pieces, final))
-
     def callback(self, row: int):
         def on_tokens(tokens: list[int], final: bool) -> None:
             with self.lock:
@@ -228,14 +228,14 @@ class Reply:
                 finished = all(self.done)
                 if self.is_cancelled:
                     if finished:
-                        self.send([""] * len(self.sent), True)
+                        self.front.queue_response(self, [""] * len(self.sent), True)
                     return
                 if self.front.streaming:
                     self._stream(row, finished)
                 elif finished:
                     texts = [detokenize(self.front.target, t) for t in self.tokens]
                     self.front.metrics.generated(sum(len(t) for t in self.tokens))
-                    self.send(texts, True)
+                    self.front.queue_response(self, texts, True)
 
         return on_tokens
 
@@ -252,9 +252,9 @@ class Reply:
                 self.sent[r] = text
         if finished:
             self.front.metrics.generated(sum(len(t) for t in self.tokens))
-            self.send(pieces, True)
+            self.front.queue_response(self, pieces, True)
         elif any(pieces):
-            self.send(pieces, False)
+            self.front.queue_response(self, pieces, False)
 
 
 def settled_text(text: str) -> str:

@@ -17,8 +17,8 @@ series when its Python ``Metric`` object is garbage-collected.
 
 Updates are buffered and sent by a background thread every ``FLUSH_PERIOD_S``: each update of a Triton metric
 is a message from the stub to the server that the caller waits for, and on the generation engine's hot path
-(a counter or two per request) those waits took a fifth of the engine thread's time under load (py-spy,
-BENCHMARKS.md). A scrape therefore lags the traffic by up to that period.
+(a counter or two per request) those waits were the largest share of its thread outside ONNX Runtime under load
+(BENCHMARKS.md, translation). A scrape therefore lags the traffic by up to that period.
 """
 
 from __future__ import annotations
