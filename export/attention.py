@@ -49,6 +49,14 @@ def merge_heads(x: Tensor) -> Tensor:
     return x.transpose(1, 2).reshape(b, s, h * dh)
 
 
+def group_by_source(x: Tensor, sources: int) -> Tensor:
+    """[R, T, D] → [sources, R/sources · T, D]: the queries of a source's consecutive rows (its beams) as one
+    sequence, so that they attend over its memory stored once [sources, H, S, Dh] instead of once per row.
+    Exact for attention with no causal mask (each query is independent): the cross-attention and the copy
+    pointer. With one row per source it changes nothing."""
+    return x.reshape(sources, -1, x.shape[-1])
+
+
 class Attended(NamedTuple):
     out: Tensor  # [B, S, H*Dh]
     present: KV | None  # the keys/values attended to, past included [B, H, P+T, Dh]
@@ -76,6 +84,7 @@ def attention(
     past: KV | None = None,
     bias: Tensor | None = None,
     dropout: float = 0.0,
+    cache_lengths: Tensor | None = None,
 ) -> Attended:
     """Multi-head attention of queries q [B, S, H*Dh] over keys and values.
 
@@ -83,12 +92,23 @@ def attention(
     key_padding_mask: [B, T], 1 = token, 0 = padding (never attended); bias: additive scores [1, H, S, T]
     (relative positions). causal: query i sits at position P+i and sees keys 0..P+i, where P is the length
     of `past` (cached keys/values [B, H, P, Dh]).
+
+    With `cache_lengths` [B] (one new position per row, S = T = 1), `past` is instead a buffer [B, H, C, Dh]
+    whose row b holds its cache_lengths[b] keys at the start: the new key goes in at column cache_lengths[b]
+    and the row attends over columns 0..cache_lengths[b]. The present is the buffer so written. Fused, this is
+    `com.microsoft::GroupQueryAttention`, which writes in place when the present is bound to the past's memory:
+    no copy of the cache per step (the continuous-batching decoder step, export/step_export.py).
     """
     if impl == "ort_fused":
+        if cache_lengths is not None:
+            return _group_query_attention(q, k, v, n_heads, past, cache_lengths)
         return _multi_head_attention(q, k, v, n_heads, key_padding_mask, causal, past, bias)
     if impl not in IMPLEMENTATIONS:
         raise ValueError(f"attention implementation {impl!r} is not one of {', '.join(IMPLEMENTATIONS)}")
     kh, vh = (k, v) if k.dim() == 4 else (split_heads(k, n_heads), split_heads(v, n_heads))
+    if cache_lengths is not None:
+        kh, vh, key_padding_mask = _written_into(past, kh, vh, cache_lengths)
+        past, causal = None, False  # one new position: the buffer's mask is the causal mask
     if past is not None:
         kh, vh = torch.cat([past[0], kh], dim=2), torch.cat([past[1], vh], dim=2)  # [B, H, P+T, Dh]
     allowed = None if key_padding_mask is None else key_padding_mask.bool()[:, None, None, :]  # [B, 1, 1, T]
@@ -109,6 +129,32 @@ def attention(
     probs = scores.softmax(dim=-1)
     out = (F.dropout(probs, dropout) if dropout else probs) @ vh
     return Attended(merge_heads(out), (kh, vh), probs if impl == "explicit" else None)
+
+
+def _written_into(buffer: KV, k: Tensor, v: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The cache buffer [B, H, C, Dh] with each row's new key and value [B, H, 1, Dh] at column lengths[b],
+    and the mask [B, C] of the columns each row attends to (0..lengths[b])."""
+    if k.shape[2] != 1:
+        raise ValueError(f"a cache buffer takes one new position per row, got {k.shape[2]}")
+    rows = torch.arange(k.shape[0])
+    keys, values = buffer[0].clone(), buffer[1].clone()
+    keys[rows, :, lengths.long()] = k[:, :, 0]
+    values[rows, :, lengths.long()] = v[:, :, 0]
+    mask = torch.arange(keys.shape[2])[None, :] <= lengths.long()[:, None]
+    return keys, values, mask
+
+
+def _group_query_attention(q: Tensor, k: Tensor, v: Tensor, n_heads: int, buffer: KV, lengths: Tensor) -> Attended:
+    """One `com.microsoft::GroupQueryAttention` node (as many key/value heads as query heads): inputs query, key,
+    value [B, 1, H*Dh], past_key, past_value [B, H, C, Dh], seqlens_k [B] (the cached keys per row) and
+    total_sequence_length (the longest row's, new key included); outputs the attention and the buffers."""
+    seqlens = lengths.to(torch.int32)
+    total = (lengths.max() + 1).to(torch.int32)
+    inputs = (q, k, v, buffer[0], buffer[1], seqlens, total)
+    attrs = {"num_heads": n_heads, "kv_num_heads": n_heads}
+    shape = buffer[0].shape
+    out, present_k, present_v = ort_op("GroupQueryAttention", inputs, attrs, q.dtype, q.shape, shape, shape)
+    return Attended(out, (present_k, present_v), None)
 
 
 def _multi_head_attention(

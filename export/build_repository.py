@@ -28,9 +28,16 @@ STAMP = ".built.json"
 FRONT_MODEL_PY = ROOT / "serving" / "frontends" / "triton_model.py"  # every front model's model.py
 
 
+EXPORTERS = sorted((ROOT / "export").glob("*.py"))  # the code that writes the graphs
+
+
 def fingerprint(task: Task, source: Path) -> str:
-    """What the built files depend on: the definition and every file of the checkpoint (or task) folder."""
+    """What the built files depend on: the definition, the exporting code and every file of the checkpoint (or
+    task) folder. A change to the exporters rebuilds every task: a graph the serving code no longer matches
+    would fail at the first request, not at the build."""
     h = hashlib.sha256(task.source.read_bytes() + FRONT_MODEL_PY.read_bytes())
+    for path in EXPORTERS:
+        h.update(path.read_bytes())
     for path in sorted(source.rglob("*")):  # a checkpoint may hold another model's folder (summarize/extractor)
         if path.is_file() and path.name not in ("metrics.json", "README.md"):  # scores and model cards: not built
             h.update(str(path.relative_to(source)).encode())

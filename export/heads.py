@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
-from export.attention import KV, MASK_FILTER_VALUE, split_heads
+from export.attention import KV, MASK_FILTER_VALUE, group_by_source, split_heads
 
 if TYPE_CHECKING:
     from export.model import Encoder, ModelConfig
@@ -56,12 +56,15 @@ class CopyPointer(nn.Module):
         return keys, src_ids.to(keys.dtype)[:, None, :, None].expand_as(keys)
 
     def forward(self, h: Tensor, logits: Tensor, pointer_kv: KV, src_mask: Tensor) -> Tensor:
-        """h [B, T, D] (normed decoder state), logits [B, T, V] → log p [B, T, V] (float32).
+        """h [R, T, D] (normed decoder state), logits [R, T, V] → log p [R, T, V] (float32); pointer_kv
+        [B, H, S, Dh] with R = B · rows per source, as in cross-attention.
 
         The pointer weights are scores softmaxed in float32 and averaged over heads, with no values to
         mix: a distribution over source positions rather than an attention output.
         """
         keys, ids = pointer_kv
+        shape, sources = logits.shape, keys.shape[0]
+        h, logits = group_by_source(h, sources), group_by_source(logits, sources)  # T: rows per source · T
         q = split_heads(self.query(h), self.n_heads)  # [B, H, T, Dh]
         scores = (q @ keys.transpose(-1, -2)).float() / math.sqrt(q.shape[-1])  # [B, H, T, S]
         padded = (src_mask == 0)[:, None, None, :]
@@ -69,4 +72,4 @@ class CopyPointer(nn.Module):
         source = ids[:, 0, :, 0].long()[:, None, :].expand_as(attention)  # [B, T, S]
         copied = torch.zeros_like(logits, dtype=torch.float32).scatter_add(-1, source, attention)
         g = torch.sigmoid(self.gate(h).float())  # [B, T, 1]
-        return torch.log(g * logits.float().softmax(-1) + (1 - g) * copied + 1e-9)
+        return torch.log(g * logits.float().softmax(-1) + (1 - g) * copied + 1e-9).reshape(shape)

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from export.attention import KV, AttentionLayer, AttentionRecord, KVCache, split_heads
+from export.attention import KV, AttentionLayer, AttentionRecord, KVCache, group_by_source, split_heads
 from export.heads import CopyPointer
 from export.positional import POSITIONAL_SCHEMES, RelativePositionBias, apply_rope, rope_tables, sinusoidal_table
 
@@ -236,8 +236,10 @@ class CausalSelfAttention(SelfAttention):
     positions continue from the cache: new position i is rotated by angle(P + i). Returns the output
     [B, T, D] and the present (key, value) [B, H, P+T, Dh].
 
-    Rows at different positions in one batch (continuous batching) give `starts` [B], each row's first
-    new position, and `key_mask` [B, P+T], which cached keys are the row's own (1) or padding (0).
+    Rows at different positions in one batch (continuous batching) give `starts` [B], each row's position
+    (one new token per row); `past` is then a buffer [B, H, C, Dh] holding row b's starts[b] cached keys at
+    its start, and the present is that buffer with the new key written at column starts[b]
+    (export/attention.py, `cache_lengths`).
     """
 
     def forward(
@@ -248,11 +250,10 @@ class CausalSelfAttention(SelfAttention):
         past: KV | None = None,
         record: AttentionRecord | None = None,
         starts: Tensor | None = None,
-        key_mask: Tensor | None = None,
     ) -> tuple[Tensor, KV]:
         q, k, v = self.project(x, cos, sin, 0 if past is None else past[0].shape[2], starts)
         probs = None if record is None else record.decoder
-        out, present, _ = self.attend(q, k, v, probs, causal=True, past=past, key_padding_mask=key_mask)
+        out, present, _ = self.attend(q, k, v, probs, causal=True, past=past, cache_lengths=starts)
         return self.out(out), present
 
 
@@ -274,8 +275,10 @@ class CrossAttention(AttentionLayer):
         return split_heads(k, self.n_heads), split_heads(v, self.n_heads)  # each [B, H, S, Dh]
 
     def forward(self, x: Tensor, memory_kv: KV, src_mask: Tensor, record: AttentionRecord | None = None) -> Tensor:
+        """x [R, T, D]; memory_kv [B, H, S, Dh] with R = B · rows per source (a source's rows consecutive)."""
         probs = None if record is None else record.cross
-        return self.out(self.attend(self.q(x), *memory_kv, probs, key_padding_mask=src_mask).out)
+        q = group_by_source(self.q(x), memory_kv[0].shape[0])
+        return self.out(self.attend(q, *memory_kv, probs, key_padding_mask=src_mask).out.reshape(x.shape))
 
 
 class DecoderBlock(nn.Module):
@@ -301,9 +304,8 @@ class DecoderBlock(nn.Module):
         past: KV | None = None,
         record: AttentionRecord | None = None,
         starts: Tensor | None = None,
-        self_mask: Tensor | None = None,
     ) -> tuple[Tensor, KV]:
-        h, present = self.attn(self.attn_norm(x), cos, sin, past, record, starts, self_mask)
+        h, present = self.attn(self.attn_norm(x), cos, sin, past, record, starts)
         x = x + self.drop(h)
         x = x + self.drop(self.cross_attn(self.cross_norm(x), memory_kv, src_mask, record))
         return x + self.drop(self.ffn(self.ffn_norm(x))), present
@@ -347,15 +349,14 @@ class Decoder(nn.Module):
         past: list[KV] | None = None,
         record: AttentionRecord | None = None,
         starts: Tensor | None = None,
-        self_mask: Tensor | None = None,
     ) -> tuple[Tensor, list[KV]]:
-        """`starts` and `self_mask`: rows at different positions, see CausalSelfAttention."""
+        """`starts`: rows at different positions, see CausalSelfAttention."""
         x = self.drop(self.embed(tgt_ids) * math.sqrt(self.cfg.d_model))  # [B, T, D]
         presents = []
         for i, block in enumerate(self.blocks):
             layer_past = None if past is None else past[i]
             rope = self.rope_cos, self.rope_sin
-            x, present = block(x, src_mask, memory_kv[i], *rope, layer_past, record, starts, self_mask)
+            x, present = block(x, src_mask, memory_kv[i], *rope, layer_past, record, starts)
             presents.append(present)
         h = self.norm(x)
         logits = F.linear(h, self.embed.weight)  # [B, T, V]

@@ -11,17 +11,19 @@ encoder
     outputs  cross_{key,value}_i float32 [B, H, S, Dh] per decoder layer (and the copy pointer's pair last,
              with cfg.copy: keys, and the source ids as floats), projected once per source
 decoder step
-    inputs   input_ids int32 [B, 1] (each row's newest token, bos first), positions int64 [B] (its position),
-             self_mask int32 [B, P + 1] (1 = the row's own cached keys and the new one, 0 = padding),
-             cross_mask int32 [B, S], past_{key,value}_self_i float32 [B, H, P, Dh],
-             cross_{key,value}_i [B, H, S, Dh]
+    inputs   input_ids int32 [B, 1] (each row's newest token, bos first), positions int64 [B] (its position:
+             the keys it has cached), past_{key,value}_self_i float32 [B, H, C, Dh] (row b's cache in
+             columns 0..positions[b]-1 of a buffer of C > max(positions) columns), cross_mask int32 [N, S],
+             cross_{key,value}_i [N, H, S, Dh]: once per source, with B = N · rows per source (a source's rows
+             consecutive, export/attention.py: group_by_source), or once per row (N = B)
     outputs  log_probs float32 [B, V] (log-softmax of the next-token logits; log p with the copy pointer),
              top_log_probs float32 / top_ids int64 [B, 16]: each row's 16 best, best first (enough for the
              2·k candidates of a beam search up to 8 beams; the engine then reads only these),
-             present_{key,value}_self_i [B, H, P + 1, Dh]
+             present_{key,value}_self_i [B, H, C, Dh]: the buffer with each row's new key at column positions[b]
 
-A row's cache is right-aligned: its newest key is always the last column, so one concatenation per step
-serves every row, and columns that no row uses any more can be cut from the left.
+The self-attention is `com.microsoft::GroupQueryAttention` (with as many key/value heads as query heads): bound
+to the same memory as the past (ORT's I/O binding), the present is written in place, one column per row and
+step, where MultiHeadAttention would copy the whole cache into a new present every step.
 """
 
 from __future__ import annotations
@@ -60,11 +62,10 @@ class StepDecoder(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, input_ids: Tensor, positions: Tensor, self_mask: Tensor, cross_mask: Tensor, *caches: Tensor):
+    def forward(self, input_ids: Tensor, positions: Tensor, cross_mask: Tensor, *caches: Tensor):
         n = 2 * self.model.cfg.n_decoder_layers
         past, cross = _pairs(caches[:n]), _pairs(caches[n:])
-        decoder = self.model.decoder
-        logits, present = decoder(input_ids.long(), cross_mask, cross, past, starts=positions, self_mask=self_mask)
+        logits, present = self.model.decoder(input_ids.long(), cross_mask, cross, past, starts=positions)
         log_probs = logits[:, -1].float().log_softmax(-1)
         top_log_probs, top_ids = log_probs.topk(TOP_K, dim=-1)
         return log_probs, top_log_probs, top_ids, *_flat(present)
@@ -83,33 +84,31 @@ def export_encoder(model: Seq2Seq) -> onnx.ModelProto:
 
 def export_decoder(model: Seq2Seq) -> onnx.ModelProto:
     cfg = model.cfg
-    b, s, p = 3, 7, 4
+    b, s, p = 6, 7, 8  # 6 rows: 3 sources of 2 beams, so that the graph keeps rows and sources apart
     tokens = torch.randint(4, cfg.target_vocab_size, (b, 1), dtype=torch.int32)
-    positions = torch.tensor([4, 0, 2])
-    self_mask = torch.ones(b, p + 1, dtype=torch.int32)
-    self_mask[1, :p] = 0
-    self_mask[2, : p - 2] = 0
-    cross_mask = torch.ones(b, s, dtype=torch.int32)
+    positions = torch.tensor([4, 4, 0, 0, 2, 2])
+    cross_mask = torch.ones(b // 2, s, dtype=torch.int32)
     cross_mask[1, 4:] = 0
     n, c = cfg.n_decoder_layers, cross_layers(model)
     past = [torch.randn(b, cfg.n_heads, p, cfg.head_dim) for _ in range(2 * n)]
-    cross = [torch.randn(b, cfg.n_heads, s, cfg.head_dim) for _ in range(2 * c)]
+    cross = [torch.randn(b // 2, cfg.n_heads, s, cfg.head_dim) for _ in range(2 * c)]
     if cfg.copy:  # the pointer's value carries source ids
-        cross[-1] = torch.randint(4, cfg.vocab_size, (b, 1, s, 1)).float().repeat(1, cfg.n_heads, 1, cfg.head_dim)
+        ids = torch.randint(4, cfg.vocab_size, (b // 2, 1, s, 1)).float()
+        cross[-1] = ids.repeat(1, cfg.n_heads, 1, cfg.head_dim)
     batch = torch.export.Dim("batch", min=1, max=4096)
+    sources = torch.export.Dim("sources", min=1, max=4096)
     source = torch.export.Dim("source", min=1, max=cfg.max_len)
-    cached = torch.export.Dim("past", min=1, max=cfg.max_len)
+    capacity = torch.export.Dim("capacity", min=2, max=cfg.max_len)
     shapes = (
         {0: batch},
         {0: batch},
-        {0: batch, 1: cached + 1},
-        {0: batch, 1: source},
-        tuple([{0: batch, 2: cached}] * (2 * n) + [{0: batch, 2: source}] * (2 * c)),
+        {0: sources, 1: source},
+        tuple([{0: batch, 2: capacity}] * (2 * n) + [{0: sources, 2: source}] * (2 * c)),
     )
-    names_in = ["input_ids", "positions", "self_mask", "cross_mask"]
+    names_in = ["input_ids", "positions", "cross_mask"]
     names_in += _kv_names("past", "self", n) + cross_names(c)
     names_out = ["log_probs", "top_log_probs", "top_ids", *_kv_names("present", "self", n)]
-    args = (tokens, positions, self_mask, cross_mask, *past, *cross)
+    args = (tokens, positions, cross_mask, *past, *cross)
     return _export(StepDecoder(model), args, names_in, names_out, shapes)
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 import torch
 from test_generation_parity import SENTENCES  # the everyday sentences, when the test set is missing
@@ -94,11 +95,77 @@ def test_step_graphs_use_fused_attention(translate):
     encoder, decoder = (onnx.load(str(path)) for path in translate.graphs)
     cfg = translate.model.cfg
     ops = [f"{n.domain}::{n.op_type}" for n in decoder.graph.node]
-    # self- and cross-attention of every decoder layer, each one fused node; RoPE fused on q and k
-    assert ops.count("com.microsoft::MultiHeadAttention") == 2 * cfg.n_decoder_layers
+    # self- and cross-attention of every decoder layer, each one fused node: the self-attention writes its cache
+    # in place (GroupQueryAttention), the cross-attention reads the encoder's keys; RoPE fused on q and k
+    assert ops.count("com.microsoft::GroupQueryAttention") == cfg.n_decoder_layers
+    assert ops.count("com.microsoft::MultiHeadAttention") == cfg.n_decoder_layers
     assert ops.count("com.microsoft::RotaryEmbedding") == 2 * cfg.n_decoder_layers
     encoder_ops = [f"{n.domain}::{n.op_type}" for n in encoder.graph.node]
     assert encoder_ops.count("com.microsoft::MultiHeadAttention") == cfg.n_layers
+
+
+def step_feeds(task: Task, beams: int) -> tuple[dict, dict]:
+    """Decoder-step feeds for three sources of `beams` rows each, cross-attention once per source and once per
+    row: (per source, per row)."""
+    encoder, decoder = (ort.InferenceSession(str(path)) for path in task.graphs)
+    sources = task.sources[:3]
+    ids = np.zeros((len(sources), max(map(len, sources))), np.int32)
+    for row, source in enumerate(sources):
+        ids[row, : len(source)] = source
+    mask = (ids != 0).astype(np.int32)
+    cross = dict(zip([o.name for o in encoder.get_outputs()], encoder.run(None, {"input_ids": ids, "attention_mask": mask})))
+    rng = np.random.default_rng(0)
+    rows, cfg = len(sources) * beams, task.model.cfg
+    step = {
+        "input_ids": rng.integers(4, cfg.target_vocab_size, (rows, 1)).astype(np.int32),
+        "positions": rng.integers(0, 6, rows).astype(np.int64),
+        **{
+            i.name: rng.standard_normal((rows, cfg.n_heads, 8, cfg.head_dim)).astype(np.float32)
+            for i in decoder.get_inputs()
+            if i.name.startswith("past_")
+        },
+    }
+    per_source = {**step, "cross_mask": mask, **cross}
+    per_row = {**step, "cross_mask": np.repeat(mask, beams, axis=0)}
+    per_row |= {name: np.repeat(array, beams, axis=0) for name, array in cross.items()}
+    return per_source, per_row
+
+
+def test_decoder_step_reads_cross_attention_per_source_or_per_row_alike(translate):
+    """The engine feeds a source's encoder output once for all its beams while the batch has one beam width, and
+    once per row when widths are mixed: both layouts must give the same step."""
+    decoder = ort.InferenceSession(str(translate.graphs[1]))
+    per_source, per_row = step_feeds(translate, beams=4)
+    names = [o.name for o in decoder.get_outputs()]
+    for name, a, b in zip(names, decoder.run(None, per_source), decoder.run(None, per_row)):
+        np.testing.assert_allclose(a, b, atol=1e-4, err_msg=name)
+
+
+def test_decoder_step_writes_the_cache_in_place_and_runs_in_ngc_onnxruntime(translate, ngc_ort):
+    """Bound to the past's memory, the present is the same buffer with each row's new key at its position; the
+    NGC image's ONNX Runtime (1.19.2) gives the same step."""
+    decoder = ort.InferenceSession(str(translate.graphs[1]))
+    feeds, _ = step_feeds(translate, beams=2)
+    expected = decoder.run(["top_ids", "present_key_self_0"], feeds)
+    ngc_top, ngc_present = ngc_ort(translate.graphs[1], feeds, ["top_ids", "present_key_self_0"])
+    assert ngc_top.tolist() == expected[0].tolist()
+    np.testing.assert_allclose(ngc_present, expected[1], atol=1e-5)
+
+    binding = decoder.io_binding()
+    buffers = {name: array.copy() for name, array in feeds.items() if name.startswith("past_")}
+    for name, array in feeds.items():
+        binding.bind_cpu_input(name, buffers.get(name, array))
+    binding.bind_output("top_ids")
+    for name, buffer in buffers.items():
+        present = name.replace("past_", "present_")
+        binding.bind_output(present, "cpu", 0, np.float32, list(buffer.shape), buffer.ctypes.data)
+    decoder.run_with_iobinding(binding)
+    assert binding.get_outputs()[0].numpy().tolist() == expected[0].tolist()
+    written, past, positions = buffers["past_key_self_0"], feeds["past_key_self_0"], feeds["positions"]
+    for row, position in enumerate(positions):  # each row's keys (its cache and the new one) as a run computes them
+        np.testing.assert_allclose(written[row, :, : position + 1], expected[1][row, :, : position + 1], atol=1e-5)
+    changed = (written != past).any(axis=(1, 3))  # [rows, columns]
+    assert changed[np.arange(len(written)), positions].all() and changed.sum() == len(written)  # one column a row
 
 
 @pytest.mark.parametrize("beams, bar", [(1, 0.99), (4, 0.95)])

@@ -3,16 +3,21 @@
 One running batch holds the rows of every source being decoded (num_beams rows each). Each iteration:
 
 1. admit: sources that arrived since the last step are encoded together (one encoder call) and join the batch
-   with an empty self-attention cache; their cross-attention keys/values are padded to the batch's longest
-   source (and the batch's to theirs);
-2. step: one decoder call for every row, each at its own position (`positions`) with its own cache length
-   (`self_mask`; caches are right-aligned, so the new key is always the last column);
+   with an empty self-attention cache; their cross-attention keys/values, stored once per source (not per
+   beam), are padded to the batch's longest source (and the batch's to theirs);
+2. step: one decoder call for every row, each at its own position (`positions`: the keys it has cached);
 3. dispatch: each source reads its rows' log-probabilities (serving/engine/search.py) and names the rows the
-   next step continues; finished and cancelled sources leave at once, and the cache columns no row needs any
-   more are cut.
+   next step continues; finished and cancelled sources leave at once.
 
-Nothing is padded to a longer neighbour beyond one cache column per step and the source padding of the
-cross-attention, and settings (max_new_tokens, num_beams) are per source, so no grouping by settings.
+The self-attention caches are buffers that outlive the steps: row r's keys fill columns 0..positions[r]-1, and
+the decoder writes each new key in place (GroupQueryAttention, its present bound to the buffer's memory). Between
+steps only rows that move are copied (a beam that continues another beam, rows closing the gap a finished source
+left), never the whole cache, and a newcomer's rows need nothing copied at all.
+
+Nothing is padded to a longer neighbour beyond the source padding of the cross-attention, and settings
+(max_new_tokens, num_beams) are per source, so no grouping by settings. While every running source has the same
+beam width the decoder reads the cross-attention once per source; a batch of mixed widths gets it repeated per
+row for the step.
 `Engine.run_until_idle` drives the loop in the caller's thread (tests, offline use); `Engine.start` runs it in a
 background thread, which the Triton front model does.
 """
@@ -22,7 +27,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,6 +114,9 @@ class Engine:
         self._stop = False
         self._thread: threading.Thread | None = None
         self._jobs: list[Job] = []  # in row order
+        h, d = shapes.n_heads, shapes.head_dim
+        # self-attention caches [rows, H, columns, Dh], grown on demand (_reserve)
+        self._cache = [np.zeros((8, h, 16, d), np.float32) for _ in range(2 * shapes.n_layers)]
         self._reset_batch()
 
     # -- submitting --------------------------------------------------------------------------------------------
@@ -154,33 +162,34 @@ class Engine:
 
     # -- one iteration -------------------------------------------------------------------------------------------
     def iterate(self) -> None:
-        admitted = self._admit()
-        if admitted or self._keep is not None:
-            self._rebuild(admitted)
+        admitted, cross, cross_mask = self._admit()
+        self._move_rows()
+        if admitted or self._keep_sources is not None:
+            self._rebuild_cross(admitted, cross, cross_mask)
         if not self._jobs:
             return
         self._dispatch(*self._decode())
 
     def _reset_batch(self) -> None:
         h, d = self.shapes.n_heads, self.shapes.head_dim
-        self.self_kv = [np.zeros((0, h, 1, d), np.float32) for _ in range(2 * self.shapes.n_layers)]
-        self.self_mask = np.zeros((0, 1), np.int32)  # one padding column: the step graph wants a cache
+        # one row per source, in job order
         self.cross_kv = [np.zeros((0, h, 1, d), np.float32) for _ in range(2 * self.shapes.n_cross)]
         self.cross_mask = np.zeros((0, 1), np.int32)
-        # rows of the current arrays the next step continues (self-attention: beam reorder included;
-        # cross-attention: the same sources, identical across beams); None: all of them, in order
-        self._keep: list[int] | None = None
+        # what the last step left to do before the next: self-attention rows to copy (destination rows, source
+        # rows, columns in use) and the cross-attention rows (sources) that continue, None: all, in order
+        self._moves: tuple[list[int], list[int], int] | None = None
         self._keep_sources: list[int] | None = None
 
-    def _admit(self) -> list[tuple[Job, list[np.ndarray]]]:
-        """Pending jobs that fit, encoded together: (job, its cross-attention arrays [1, H, S_job, Dh])."""
+    def _admit(self) -> tuple[list[Job], list[np.ndarray], np.ndarray]:
+        """Pending jobs that fit, encoded together: the jobs, their cross-attention arrays [A, H, S, Dh] and
+        mask [A, S] (sources padded to the longest of them)."""
         with self._wake:
             admitted = []
             rows = sum(job.num_beams for job in self._jobs)
             # An encoder call costs about the same for one source or eight: while the batch is nearly full,
             # wait for a quarter of it to free up (a few steps) and encode the newcomers together.
             if rows and self.max_rows - rows < self.max_rows // 4:
-                return []
+                return [], [], np.zeros((0, 1), np.int32)
             while self._pending and rows + self._pending[0].num_beams <= self.max_rows:
                 job = self._pending.popleft()
                 rows += job.num_beams
@@ -189,7 +198,7 @@ class Engine:
                 admitted.append(self._pending.popleft())
         admitted = [job for job in admitted if not self._refuse_cancelled(job)]
         if not admitted:
-            return []
+            return [], [], np.zeros((0, 1), np.int32)
         now = time.perf_counter()
         self.stats.queue_seconds += [now - job.submitted for job in admitted]
         width = max(len(job.source) for job in admitted)
@@ -197,35 +206,49 @@ class Engine:
         for i, job in enumerate(admitted):
             ids[i, : len(job.source)] = job.source
             job.sequence = search.Sequence(self.decoding, job.max_new_tokens, job.num_beams)
-        cross = self.encoder.run(self.cross_names, {"input_ids": ids, "attention_mask": (ids != 0).astype(np.int32)})
-        return [(job, [c[i : i + 1, :, : len(job.source)] for c in cross]) for i, job in enumerate(admitted)]
+        mask = (ids != 0).astype(np.int32)
+        return admitted, self.encoder.run(self.cross_names, {"input_ids": ids, "attention_mask": mask}), mask
 
-    def _rebuild(self, admitted: list[tuple[Job, list[np.ndarray]]]) -> None:
-        """The arrays of the next step in one copy each: the rows that continue (reordered, the cache columns no
-        row needs any more cut), then the admitted rows (an empty cache; their sources padded to the longest)."""
-        keep, sources = self._keep, self._keep_sources
-        kept_self = self.self_mask if keep is None else self.self_mask[keep]
+    def _move_rows(self) -> None:
+        """The last step's beam reorders and departures: each row that moves is copied (the columns in use)."""
+        if self._moves is None:
+            return
+        destinations, origins, columns = self._moves
+        for buffer in self._cache:
+            buffer[destinations, :, :columns] = buffer[origins, :, :columns]  # the right side is read first
+        self._moves = None
+
+    def _rebuild_cross(self, admitted: list[Job], cross: list[np.ndarray], cross_mask: np.ndarray) -> None:
+        """The cross-attention arrays of the next step in one copy each: the sources that continue (cut to the
+        longest of them), then the admitted ones (all padded to the longest); the admitted jobs join."""
+        sources = self._keep_sources
+        self._jobs += admitted
+        self._keep_sources = None
         kept_mask = self.cross_mask if sources is None else self.cross_mask[sources]
-        rows = len(kept_self) + sum(job.num_beams for job, _ in admitted)
-        h, d = self.shapes.n_heads, self.shapes.head_dim
-        # self-attention: right-aligned caches, so the columns no kept row uses are at the left
-        used = kept_self.any(axis=0)
-        first = min(int(used.argmax()) if used.any() else used.size, used.size - 1)
-        cached = self.self_mask.shape[1] - first
-        self.self_kv = [_take_rows(kv[:, :, first:], keep, (rows, h, cached, d)) for kv in self.self_kv]
-        self.self_mask = _take_rows(kept_self[:, first:], None, (rows, cached))
-        # cross-attention: the kept sources cut to their longest, then the admitted ones
         kept_width = int(kept_mask.any(axis=0).nonzero()[0].max()) + 1 if kept_mask.any() else 1
-        width = max([kept_width] + [c[0].shape[2] for _, c in admitted])
-        beams = [job.num_beams for job, _ in admitted]
+        width = max(kept_width, cross_mask.shape[1])
+        count = len(kept_mask) + len(admitted)
+        h, d = self.shapes.n_heads, self.shapes.head_dim
         self.cross_kv = [
-            _take_rows(kv[:, :, :kept_width], sources, (rows, h, width, d), [c[i] for _, c in admitted], beams)
+            _take_rows(kv[:, :, :kept_width], sources, (count, h, width, d), cross[i] if admitted else None)
             for i, kv in enumerate(self.cross_kv)
         ]
-        new_masks = [np.ones((1, len(job.source)), np.int32) for job, _ in admitted]
-        self.cross_mask = _take_rows(kept_mask[:, :kept_width], None, (rows, width), new_masks, beams)
-        self._jobs += [job for job, _ in admitted]
-        self._keep = self._keep_sources = None
+        self.cross_mask = _take_rows(kept_mask[:, :kept_width], None, (count, width), cross_mask)
+
+    def _reserve(self, rows: int, columns: int) -> None:
+        """Cache buffers of at least `rows` rows and `columns` columns; grown by doubling, contents kept."""
+        have_rows, _, have_columns, _ = self._cache[0].shape
+        if rows <= have_rows and columns <= have_columns:
+            return
+        rows = have_rows if rows <= have_rows else max(rows, 2 * have_rows)
+        columns = have_columns if columns <= have_columns else max(columns, 2 * have_columns)
+        h, d = self.shapes.n_heads, self.shapes.head_dim
+        grown = []
+        for buffer in self._cache:
+            bigger = np.zeros((rows, h, columns, d), np.float32)
+            bigger[:have_rows, :, :have_columns] = buffer
+            grown.append(bigger)
+        self._cache = grown
 
     def _refuse_cancelled(self, job: Job) -> bool:
         if job.cancelled():
@@ -238,22 +261,35 @@ class Engine:
         blocking all its log-probabilities (and the ids 0..V-1), which the blocking must see."""
         beams = [beam for job in self._jobs for beam in job.sequence.row_beams()]
         rows = len(beams)
-        self_mask = np.concatenate([self.self_mask, np.ones((rows, 1), np.int32)], axis=1)
+        positions = np.array([len(beam) - 1 for beam in beams], np.int64)
+        self._reserve(rows, int(positions.max()) + 1)
+        cross_mask, cross_kv = self.cross_mask, self.cross_kv
+        widths = [job.num_beams for job in self._jobs]
+        if min(widths) != max(widths):  # the graph groups rows by source only when every source has as many
+            cross_mask, *cross_kv = (np.repeat(array, widths, axis=0) for array in (cross_mask, *cross_kv))
         feeds = {
             "input_ids": np.array([[beam[-1]] for beam in beams], np.int32),
-            "positions": np.array([len(beam) - 1 for beam in beams], np.int64),
-            "self_mask": self_mask,
-            "cross_mask": self.cross_mask,
-            **dict(zip(self.past_names, self.self_kv)),
-            **dict(zip(self.cross_names, self.cross_kv)),
+            "positions": positions,
+            "cross_mask": cross_mask,
+            **dict(zip(self.cross_names, cross_kv)),
         }
+        binding = self.decoder.io_binding()
+        for name, array in feeds.items():
+            binding.bind_cpu_input(name, array)
+        wanted = ["log_probs"] if self.decoding.no_repeat_ngram_size else ["top_log_probs", "top_ids"]
+        for name in wanted:
+            binding.bind_output(name)
+        for past, present, buffer in zip(self.past_names, self.present_names, self._cache):
+            cache = buffer[:rows]  # contiguous: the leading rows
+            binding.bind_cpu_input(past, cache)
+            binding.bind_output(present, "cpu", 0, np.float32, list(cache.shape), cache.ctypes.data)
+        self.decoder.run_with_iobinding(binding)
+        outputs = [value.numpy() for value in binding.get_outputs()[: len(wanted)]]
         if self.decoding.no_repeat_ngram_size:
-            log_probs, *present = self.decoder.run(["log_probs", *self.present_names], feeds)
-            self._block_ngrams(log_probs)
-            scores, ids = log_probs, None
+            self._block_ngrams(outputs[0])
+            scores, ids = outputs[0], None
         else:
-            scores, ids, *present = self.decoder.run(["top_log_probs", "top_ids", *self.present_names], feeds)
-        self.self_kv, self.self_mask = present, self_mask
+            scores, ids = outputs
         self.stats.steps += 1
         self.stats.running_rows = rows
         return scores, ids
@@ -269,22 +305,29 @@ class Engine:
         """Every source takes its step; finished and cancelled ones leave; the next step's rows are noted."""
         starts = np.cumsum([0] + [job.num_beams for job in self._jobs])
         parents = self._search(scores, ids, starts)
-        keep: list[int] = []
+        destinations: list[int] = []
+        origins: list[int] = []
+        columns = 0  # of the moving rows' caches in use
         sources: list[int] = []
         jobs: list[Job] = []
-        for job, start, rows in zip(self._jobs, starts, parents):
+        row = 0  # where the next continuing source's rows start
+        for index, (job, start, rows) in enumerate(zip(self._jobs, starts.tolist(), parents)):
             if job.cancelled():
                 job.on_tokens([], True)
                 continue
             self._report(job)
             if job.sequence.finished:
                 continue
-            keep += [int(start) + parent for parent in rows]
-            sources += range(start, start + job.num_beams)
+            moved = [(row + j, start + parent) for j, parent in enumerate(rows) if row + j != start + parent]
+            if moved:
+                destinations += [to for to, _ in moved]
+                origins += [of for _, of in moved]
+                columns = max(columns, job.sequence.steps)  # one key cached per step taken
+            row += len(rows)
+            sources.append(index)
             jobs.append(job)
-        total = int(starts[-1])
-        self._keep = None if keep == list(range(total)) else keep
-        self._keep_sources = None if sources == list(range(total)) else sources
+        self._moves = (destinations, origins, columns) if destinations else None
+        self._keep_sources = None if sources == list(range(len(self._jobs))) else sources
         self._jobs = jobs
         self.stats.running_rows = sum(job.num_beams for job in jobs)
         if not jobs:
@@ -333,14 +376,10 @@ class Engine:
 
 
 def _take_rows(
-    array: np.ndarray,
-    rows: list[int] | None,
-    shape: tuple[int, ...],
-    appended: Sequence[np.ndarray] = (),
-    repeats: Sequence[int] = (),
+    array: np.ndarray, rows: list[int] | None, shape: tuple[int, ...], appended: np.ndarray | None = None
 ) -> np.ndarray:
-    """A new array of `shape`: array[rows] (all rows, in order, when None), then each appended array repeated
-    `repeats[i]` times; each part sits at the start of the other axes and the rest is zero. One copy of the data."""
+    """A new array of `shape`: array[rows] (all rows, in order, when None), then the rows of `appended`; each
+    part sits at the start of the other axes and the rest is zero. One copy of the data."""
     out = np.empty(shape, array.dtype)
     head = out[: array.shape[0] if rows is None else len(rows)]
     if array.shape[1:] == shape[1:]:
@@ -352,11 +391,11 @@ def _take_rows(
         head[...] = 0
         head[(slice(None), *(slice(0, n) for n in array.shape[1:]))] = array if rows is None else array[rows]
     at = len(head)
-    for part, times in zip(appended, repeats):
-        block = out[at : at + times]
+    if appended is not None and len(appended):
+        block = out[at : at + len(appended)]
         block[...] = 0
-        block[(slice(None), *(slice(0, n) for n in part.shape[1:]))] = part
-        at += times
+        block[(slice(None), *(slice(0, n) for n in appended.shape[1:]))] = appended
+        at += len(appended)
     if at < shape[0]:
         out[at:] = 0
     return out
