@@ -97,8 +97,9 @@ class Engine:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        # CUDA where this onnxruntime has it (export/providers.py). The caches live in NumPy between steps, so
-        # on a GPU every step copies them both ways: correct, not yet fast (not run here: no GPU).
+        # CUDA where this onnxruntime has it (export/providers.py). The caches live in NumPy between steps, and
+        # ORT's CUDA GroupQueryAttention takes float16/bfloat16 only, so on a GPU the float32 self-attention runs
+        # on the CPU provider and the caches cross over every step: correct, not yet fast (not run here: no GPU).
         self.encoder = inference_session(encoder, options)
         self.decoder = inference_session(decoder, options)
         self.cross_names = [o.name for o in self.encoder.get_outputs()]
