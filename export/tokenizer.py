@@ -68,6 +68,7 @@ def train_or_resume(path: Path | None, train: Callable[[], Tokenizer]) -> Tokeni
 
 
 _APOSTROPHE = re.compile(r"(\w) ' (\w)")  # "Don ' t" → "Don't"
+_OPEN_APOSTROPHE = re.compile(r"\w '$")  # what _APOSTROPHE may still join once a word follows
 
 
 def is_cjk(ch: str) -> bool:
@@ -85,6 +86,15 @@ def detokenize(tokenizer: Tokenizer, ids: list[int]) -> str:
             continue
         out.append(ch)
     return _APOSTROPHE.sub(r"\1'\2", "".join(out))
+
+
+def settled_prefix(text: str) -> str:
+    """The part of `detokenize(tokens)` that more tokens cannot change: what a stream may send of a partial
+    answer. The WordPiece decoder renders each token on its own (a space first unless it is a "##" piece; its
+    cleanup attaches "." "," "?" "!" to the token itself), and a space that goes next to a Chinese character is
+    the new token's own, so more tokens only append. The exception is an apostrophe after a word, which
+    `_APOSTROPHE` joins to the next word ("Don '" → "Don't"): it is held back."""
+    return text[:-2] if _OPEN_APOSTROPHE.search(text) else text
 
 
 def strip_generated(tokens, bos_id: int = BOS_ID, eos_id: int = EOS_ID, pad_id: int = PAD_ID) -> list[int]:

@@ -1,12 +1,14 @@
 """Front-model helpers, called directly (no server): validation, batch tokenization, outputs."""
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from export.tokenizer import train_tokenizer
+from export.seq2seq import TASKS
+from export.tokenizer import detokenize, settled_prefix, train_tokenizer
 from serving.frontends.base import (
     BatchTokenizer,
     Encoded,
@@ -18,6 +20,10 @@ from serving.frontends.base import (
     to_column,
 )
 from serving.frontends.sentiment import label_and_score
+
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA_DIR = ROOT.parent / "shared" / "data"
 
 
 def as_bytes_tensor(*items):
@@ -141,3 +147,22 @@ def test_taking_rows_pads_them_to_their_own_longest():
     short = batch.take([0])
     assert short.ids.shape == (1, 8) and short.mask.sum() == 5 and short.truncated == [False]
     assert batch.take([1, 0]).ids.shape == (2, 24)
+
+
+@pytest.mark.parametrize("checkpoint", ["translate", "summarize"])
+def test_streamed_prefixes_only_ever_grow_into_the_answer(checkpoint):
+    """What a stream sends of a partial answer (`settled_prefix` of its text so far) is, at every token, the
+    start of the final answer's text: on the shipped target tokenizers, over real target sentences (every
+    token of them) and the contractions that detokenizing joins."""
+    target = Tokenizer.from_file(str(ROOT / "checkpoints" / checkpoint / "target_tokenizer.json"))
+    texts = [pair.target for pair in TASKS[checkpoint].reader(DATA_DIR)[1][:300]] if DATA_DIR.is_dir() else []
+    texts += ["Don't you think it's Tom's?", "I'm sure we'll go, won't we?", "rock 'n' roll", "他说：“好的。”OK"]
+    early = 0  # partial answers that already show all their text: nothing held back
+    for text in texts:
+        tokens = target.encode(text, add_special_tokens=False).ids
+        answer = detokenize(target, tokens)
+        for n in range(1, len(tokens)):
+            partial = settled_prefix(detokenize(target, tokens[:n]))
+            assert answer.startswith(partial), (text, n, partial, answer)
+            early += partial == detokenize(target, tokens[:n])
+    assert early > 0.9 * sum(len(target.encode(t, add_special_tokens=False).ids) - 1 for t in texts)

@@ -25,14 +25,13 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from export.tokenizer import EOS_ID, detokenize, is_cjk
+from export.tokenizer import EOS_ID, detokenize, settled_prefix
 from serving.engine.engine import Engine, Job, Shapes
 from serving.engine.search import Decoding
 from serving.frontends.base import BatchTokenizer, FrontModel, InputError
 
 # Texts may wait for the running batch up to this many rows ahead of them; more is refused (bounded latency).
 MAX_QUEUED_ROWS = 512
-HOLD_BACK_TOKENS = 2  # detokenizing can still change the last tokens' text ("Don ' t" → "Don't")
 CANCEL_POLL_S = 0.1
 QUEUE_FULL = "the generation queue is full; retry later"
 METRICS_PERIOD_S = 0.5
@@ -243,10 +242,9 @@ class Reply:
         pieces = [""] * len(self.sent)
         rows = range(len(self.sent)) if finished else [row]
         for r in rows:
-            if self.done[r]:
-                text = detokenize(self.front.target, self.tokens[r])
-            else:
-                text = settled_text(detokenize(self.front.target, self.tokens[r][:-HOLD_BACK_TOKENS]))
+            text = detokenize(self.front.target, self.tokens[r])
+            if not self.done[r]:
+                text = settled_prefix(text)
             if text.startswith(self.sent[r]) and len(text) > len(self.sent[r]):
                 pieces[r] = text[len(self.sent[r]) :]
                 self.sent[r] = text
@@ -255,14 +253,3 @@ class Reply:
             self.front.queue_response(self, pieces, True)
         elif any(pieces):
             self.front.queue_response(self, pieces, False)
-
-
-def settled_text(text: str) -> str:
-    """The part of a partial answer's text that more tokens cannot change any more. Detokenizing joins words
-    with spaces and then tidies what surrounds a space ("We ' ll" → "We'll", "I ." → "I.", spaces next to
-    Chinese characters go), so after Latin text only what precedes the last space is settled; Chinese text
-    has no such spaces and settles character by character."""
-    text = text.rstrip()
-    if text and not is_cjk(text[-1]):
-        text = text[: max(text.rfind(" "), 0)].rstrip()
-    return text
