@@ -304,35 +304,50 @@ class Engine:
 
     def _dispatch(self, scores: np.ndarray, ids: np.ndarray | None) -> None:
         """Every source takes its step; finished and cancelled ones leave; the next step's rows are noted."""
-        starts = np.cumsum([0] + [job.num_beams for job in self._jobs])
-        parents = self._search(scores, ids, starts)
-        destinations: list[int] = []
-        origins: list[int] = []
-        columns = 0  # of the moving rows' caches in use
-        sources: list[int] = []
-        jobs: list[Job] = []
-        row = 0  # where the next continuing source's rows start
-        for index, (job, start, rows) in enumerate(zip(self._jobs, starts.tolist(), parents)):
+        starts = np.cumsum([0] + [job.num_beams for job in self._jobs]).tolist()
+        parents = self._search(scores, ids, np.asarray(starts))
+        staying: list[int] = []  # indices of the jobs that continue
+        for index, job in enumerate(self._jobs):
             if job.cancelled():
                 job.on_tokens([], True)
                 continue
             self._report(job)
-            if job.sequence.finished:
-                continue
-            moved = [(row + j, start + parent) for j, parent in enumerate(rows) if row + j != start + parent]
+            if not job.sequence.finished:
+                staying.append(index)
+        order = self._fill_gaps(staying, starts)
+        destinations: list[int] = []
+        origins: list[int] = []
+        columns = 0  # of the moving rows' caches in use
+        row = 0  # where the next continuing source's rows start
+        for index in order:
+            job, start = self._jobs[index], starts[index]
+            moved = [(row + j, start + p) for j, p in enumerate(parents[index]) if row + j != start + p]
             if moved:
                 destinations += [to for to, _ in moved]
                 origins += [of for _, of in moved]
                 columns = max(columns, job.sequence.steps)  # one key cached per step taken
-            row += len(rows)
-            sources.append(index)
-            jobs.append(job)
+            row += job.num_beams
         self._moves = (destinations, origins, columns) if destinations else None
-        self._keep_sources = None if sources == list(range(len(self._jobs))) else sources
-        self._jobs = jobs
-        self.stats.running_rows = sum(job.num_beams for job in jobs)
-        if not jobs:
+        self._keep_sources = None if order == list(range(len(self._jobs))) else order
+        self._jobs = [self._jobs[index] for index in order]
+        self.stats.running_rows = sum(job.num_beams for job in self._jobs)
+        if not self._jobs:
             self._reset_batch()
+
+    def _fill_gaps(self, staying: list[int], starts: list[int]) -> list[int]:
+        """The order of the continuing jobs in the next step's rows. With one beam width, the jobs whose rows lie
+        beyond the new end fill the places of those that left, and the others stay put: a finished source costs
+        at most its own width in row copies, not a shift of every row after it. Mixed widths keep their order.
+        The moves are worked out from the rows' actual places, so any order is correct; this one copies least."""
+        widths = {self._jobs[index].num_beams for index in staying}
+        if len(widths) != 1:
+            return staying
+        width = widths.pop()
+        places = {starts[index] // width: index for index in staying}
+        holes = (place for place in range(len(staying)) if place not in places)
+        for place in sorted(place for place in places if place >= len(staying)):
+            places[next(holes)] = places.pop(place)
+        return [places[place] for place in range(len(staying))]
 
     def _search(self, scores: np.ndarray, ids: np.ndarray | None, starts: np.ndarray) -> list[list[int]]:
         """Each source's step; the argmax and top-k work is done for all sources of one beam width at once.
