@@ -113,7 +113,8 @@ def step_feeds(task: Task, beams: int) -> tuple[dict, dict]:
     for row, source in enumerate(sources):
         ids[row, : len(source)] = source
     mask = (ids != 0).astype(np.int32)
-    cross = dict(zip([o.name for o in encoder.get_outputs()], encoder.run(None, {"input_ids": ids, "attention_mask": mask})))
+    encoded = encoder.run(None, {"input_ids": ids, "attention_mask": mask})
+    cross = dict(zip([o.name for o in encoder.get_outputs()], encoded))
     rng = np.random.default_rng(0)
     rows, cfg = len(sources) * beams, task.model.cfg
     step = {

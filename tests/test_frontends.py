@@ -21,7 +21,6 @@ from serving.frontends.base import (
 )
 from serving.frontends.sentiment import label_and_score
 
-
 ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = ROOT.parent / "shared" / "data"
 
