@@ -11,8 +11,8 @@ One running batch holds the rows of every source being decoded (num_beams rows e
 
 The self-attention caches are buffers that outlive the steps: row r's keys fill columns 0..positions[r]-1, and
 the decoder writes each new key in place (GroupQueryAttention, its present bound to the buffer's memory). Between
-steps only rows that move are copied (a beam that continues another beam, rows closing the gap a finished source
-left), never the whole cache, and a newcomer's rows need nothing copied at all.
+steps only rows that move are copied (a beam that continues another beam, the last source moving into the place
+a finished one left), never the whole cache, and a newcomer's rows need nothing copied at all.
 
 Nothing is padded to a longer neighbour beyond the source padding of the cross-attention, and settings
 (max_new_tokens, num_beams) are per source, so no grouping by settings. While every running source has the same
