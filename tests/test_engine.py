@@ -16,7 +16,7 @@ from test_generation_parity import SENTENCES  # the everyday sentences, when the
 from export import seq2seq
 from export.data import Pair
 from export.generation import Decoding as Reference
-from export.step_export import export_step_graphs
+from export.step_export import StepDecoder, export_step_graphs
 from serving.engine.engine import Engine, Job, Shapes
 from serving.engine.search import Decoding
 
@@ -140,6 +140,19 @@ def test_decoder_step_reads_cross_attention_per_source_or_per_row_alike(translat
     names = [o.name for o in decoder.get_outputs()]
     for name, a, b in zip(names, decoder.run(None, per_source), decoder.run(None, per_row)):
         np.testing.assert_allclose(a, b, atol=1e-4, err_msg=name)
+
+
+def test_decoder_step_equals_its_pytorch_definition(translate):
+    """The exported step against the same module run eagerly (SDPA): each row's new key written into its buffer
+    at its position, a source's beams grouped over its cross-attention."""
+    decoder = ort.InferenceSession(str(translate.graphs[1]))
+    feeds, _ = step_feeds(translate, beams=2)
+    with torch.no_grad():
+        expected = StepDecoder(translate.model)(*(torch.from_numpy(feeds[i.name]) for i in decoder.get_inputs()))
+    log_probs, present = decoder.run(["log_probs", "present_key_self_0"], feeds)
+    np.testing.assert_allclose(log_probs, expected[0].numpy(), atol=1e-3)
+    for row, position in enumerate(feeds["positions"]):  # a plain run returns each row's own columns
+        np.testing.assert_allclose(present[row, :, : position + 1], expected[3][row, :, : position + 1], atol=1e-4)
 
 
 def test_decoder_step_writes_the_cache_in_place_and_runs_in_ngc_onnxruntime(translate, ngc_ort):

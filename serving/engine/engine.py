@@ -163,10 +163,10 @@ class Engine:
 
     # -- one iteration -------------------------------------------------------------------------------------------
     def iterate(self) -> None:
-        admitted, cross, cross_mask = self._admit()
+        admitted = self._admit()
         self._move_rows()
         if admitted or self._keep_sources is not None:
-            self._rebuild_cross(admitted, cross, cross_mask)
+            self._rebuild_cross(admitted)
         if not self._jobs:
             return
         self._dispatch(*self._decode())
@@ -181,16 +181,15 @@ class Engine:
         self._moves: tuple[list[int], list[int], int] | None = None
         self._keep_sources: list[int] | None = None
 
-    def _admit(self) -> tuple[list[Job], list[np.ndarray], np.ndarray]:
-        """Pending jobs that fit, encoded together: the jobs, their cross-attention arrays [A, H, S, Dh] and
-        mask [A, S] (sources padded to the longest of them)."""
+    def _admit(self) -> list[Job]:
+        """Pending jobs that fit (cancelled ones answered and dropped), each with a fresh search."""
         with self._wake:
             admitted = []
             rows = sum(job.num_beams for job in self._jobs)
             # An encoder call costs about the same for one source or eight: while the batch is nearly full,
             # wait for a quarter of it to free up (a few steps) and encode the newcomers together.
             if rows and self.max_rows - rows < self.max_rows // 4:
-                return [], [], np.zeros((0, 1), np.int32)
+                return []
             while self._pending and rows + self._pending[0].num_beams <= self.max_rows:
                 job = self._pending.popleft()
                 rows += job.num_beams
@@ -198,17 +197,20 @@ class Engine:
             if not admitted and self._pending and not self._jobs:  # one source wider than max_rows
                 admitted.append(self._pending.popleft())
         admitted = [job for job in admitted if not self._refuse_cancelled(job)]
-        if not admitted:
-            return [], [], np.zeros((0, 1), np.int32)
         now = time.perf_counter()
         self.stats.queue_seconds += [now - job.submitted for job in admitted]
-        width = max(len(job.source) for job in admitted)
-        ids = np.zeros((len(admitted), width), np.int32)
-        for i, job in enumerate(admitted):
-            ids[i, : len(job.source)] = job.source
+        for job in admitted:
             job.sequence = search.Sequence(self.decoding, job.max_new_tokens, job.num_beams)
+        return admitted
+
+    def _encode(self, jobs: list[Job]) -> tuple[list[np.ndarray], np.ndarray]:
+        """The jobs' sources in one encoder call: cross-attention arrays [A, H, S, Dh] and mask [A, S], padded to
+        the longest source."""
+        ids = np.zeros((len(jobs), max(len(job.source) for job in jobs)), np.int32)
+        for i, job in enumerate(jobs):
+            ids[i, : len(job.source)] = job.source
         mask = (ids != 0).astype(np.int32)
-        return admitted, self.encoder.run(self.cross_names, {"input_ids": ids, "attention_mask": mask}), mask
+        return self.encoder.run(self.cross_names, {"input_ids": ids, "attention_mask": mask}), mask
 
     def _move_rows(self) -> None:
         """The last step's beam reorders and departures: each row that moves is copied (the columns in use)."""
@@ -219,22 +221,23 @@ class Engine:
             buffer[destinations, :, :columns] = buffer[origins, :, :columns]  # the right side is read first
         self._moves = None
 
-    def _rebuild_cross(self, admitted: list[Job], cross: list[np.ndarray], cross_mask: np.ndarray) -> None:
+    def _rebuild_cross(self, admitted: list[Job]) -> None:
         """The cross-attention arrays of the next step in one copy each: the sources that continue (cut to the
-        longest of them), then the admitted ones (all padded to the longest); the admitted jobs join."""
+        longest of them), then the admitted ones, encoded here (all padded to the longest); the admitted join."""
         sources = self._keep_sources
         self._jobs += admitted
         self._keep_sources = None
         kept_mask = self.cross_mask if sources is None else self.cross_mask[sources]
         kept_width = int(kept_mask.any(axis=0).nonzero()[0].max()) + 1 if kept_mask.any() else 1
-        width = max(kept_width, cross_mask.shape[1])
+        new, new_mask = self._encode(admitted) if admitted else ([None] * len(self.cross_kv), None)
+        width = max(kept_width, 0 if new_mask is None else new_mask.shape[1])
         count = len(kept_mask) + len(admitted)
         h, d = self.shapes.n_heads, self.shapes.head_dim
         self.cross_kv = [
-            _take_rows(kv[:, :, :kept_width], sources, (count, h, width, d), cross[i] if admitted else None)
-            for i, kv in enumerate(self.cross_kv)
+            _take_rows(kv[:, :, :kept_width], sources, (count, h, width, d), appended)
+            for kv, appended in zip(self.cross_kv, new)
         ]
-        self.cross_mask = _take_rows(kept_mask[:, :kept_width], None, (count, width), cross_mask)
+        self.cross_mask = _take_rows(kept_mask[:, :kept_width], None, (count, width), new_mask)
 
     def _reserve(self, rows: int, columns: int) -> None:
         """Cache buffers of at least `rows` rows and `columns` columns; grown by doubling, contents kept."""
@@ -304,8 +307,8 @@ class Engine:
 
     def _dispatch(self, scores: np.ndarray, ids: np.ndarray | None) -> None:
         """Every source takes its step; finished and cancelled ones leave; the next step's rows are noted."""
-        starts = np.cumsum([0] + [job.num_beams for job in self._jobs]).tolist()
-        parents = self._search(scores, ids, np.asarray(starts))
+        starts = np.cumsum([0] + [job.num_beams for job in self._jobs])
+        parents = self._search(scores, ids, starts)
         staying: list[int] = []  # indices of the jobs that continue
         for index, job in enumerate(self._jobs):
             if job.cancelled():
@@ -314,13 +317,13 @@ class Engine:
             self._report(job)
             if not job.sequence.finished:
                 staying.append(index)
-        order = self._fill_gaps(staying, starts)
+        order = self._fill_gaps(staying, starts.tolist())
         destinations: list[int] = []
         origins: list[int] = []
         columns = 0  # of the moving rows' caches in use
         row = 0  # where the next continuing source's rows start
         for index in order:
-            job, start = self._jobs[index], starts[index]
+            job, start = self._jobs[index], int(starts[index])
             moved = [(row + j, start + p) for j, p in enumerate(parents[index]) if row + j != start + p]
             if moved:
                 destinations += [to for to, _ in moved]
@@ -392,7 +395,7 @@ class Engine:
 
 
 def _take_rows(
-    array: np.ndarray, rows: list[int] | None, shape: tuple[int, ...], appended: np.ndarray | None = None
+    array: np.ndarray, rows: list[int] | None, shape: tuple[int, ...], appended: np.ndarray | None
 ) -> np.ndarray:
     """A new array of `shape`: array[rows] (all rows, in order, when None), then the rows of `appended`; each
     part sits at the start of the other axes and the rest is zero. One copy of the data."""
@@ -407,7 +410,7 @@ def _take_rows(
         head[...] = 0
         head[(slice(None), *(slice(0, n) for n in array.shape[1:]))] = array if rows is None else array[rows]
     at = len(head)
-    if appended is not None and len(appended):
+    if appended is not None:
         block = out[at : at + len(appended)]
         block[...] = 0
         block[(slice(None), *(slice(0, n) for n in appended.shape[1:]))] = appended
