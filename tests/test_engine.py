@@ -243,6 +243,24 @@ def test_stream_pieces_add_up_and_come_in_several_parts(translate):
     assert multi and all(len([p for p in collected.pieces[i] if p]) >= 2 for i in multi if i % 2 == 0)
 
 
+def test_a_newcomers_first_token_is_reported_before_the_running_sources(translate):
+    """The step that gives a source its first token reports it first: that is what its streaming client waits for,
+    while the others' next tokens are a step's worth of latency among many."""
+    engine, order = translate.engine(), []
+    running = [
+        Job(source, translate.new_tokens, 1, lambda tokens, final, i=i: order.append(i))
+        for i, source in enumerate(translate.sources[:3])
+    ]
+    for job in running:
+        engine.submit(job)
+    engine.iterate()
+    engine.iterate()
+    order.clear()
+    engine.submit(Job(translate.sources[3], translate.new_tokens, 1, lambda tokens, final: order.append("new")))
+    engine.iterate()
+    assert order[0] == "new" and len(order) > 1, order
+
+
 def test_summarizer_with_copy_pointer_and_ngram_blocking(tmp_path):
     task = Task("summarize", tmp_path, limit=40)
     engine, collected = task.engine(), Collector()

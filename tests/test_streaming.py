@@ -120,7 +120,7 @@ def stream_batch(triton, texts: list[str], cancel_after_first: bool) -> float:
 
 def test_a_cancelled_stream_frees_its_rows(triton):
     """A client that cancels frees its rows within a few steps, long before the request would have ended."""
-    texts = [f"{NEWS}第{i}条。" * 2 for i in range(24)]
+    texts = [f"{NEWS}第{i}条。" * 2 for i in range(64)]
     full = stream_batch(triton, texts, cancel_after_first=False)
     freed = stream_batch(triton, texts, cancel_after_first=True)
     assert freed < full / 2, f"rows freed {freed:.2f} s after the cancel; the whole request takes {full:.2f} s"
@@ -133,3 +133,19 @@ def test_cli_stream_prints_the_answer(triton):
     assert run.returncode == 0, run.stderr
     with Client(triton.grpc_url) as client:
         assert run.stdout.strip() == client.translate(TEXTS[0], num_beams=1)[0]
+
+
+def test_queued_pieces_go_out_one_response_per_request_first_pieces_first():
+    """What queued up while the messenger thread was busy: each request's pieces joined in order, its final flag
+    kept, and a request's first response ahead of the others' later ones."""
+    from serving.frontends.continuous import _coalesce
+
+    a, b, c = object(), object(), object()
+    queued = [
+        (a, ["Hel", ""], False, False),
+        (b, ["I"], False, True),
+        (a, ["lo", "x"], False, False),
+        (c, ["We"], False, True),
+        (a, ["!", "y"], True, False),
+    ]
+    assert _coalesce(queued) == [(b, ["I"], False), (c, ["We"], False), (a, ["Hello!", "xy"], True)]

@@ -309,14 +309,18 @@ class Engine:
         """Every source takes its step; finished and cancelled ones leave; the next step's rows are noted."""
         starts = np.cumsum([0] + [job.num_beams for job in self._jobs])
         parents = self._search(scores, ids, starts)
-        staying: list[int] = []  # indices of the jobs that continue
-        for index, job in enumerate(self._jobs):
+        leaving: set[int] = set()
+        # Jobs that took their first step report first: their first token is what a streaming client waits for.
+        for index in sorted(range(len(self._jobs)), key=lambda index: self._jobs[index].sequence.steps != 1):
+            job = self._jobs[index]
             if job.cancelled():
                 job.on_tokens([], True)
+                leaving.add(index)
                 continue
             self._report(job)
-            if not job.sequence.finished:
-                staying.append(index)
+            if job.sequence.finished:
+                leaving.add(index)
+        staying = [index for index in range(len(self._jobs)) if index not in leaving]  # the jobs that continue
         order = self._fill_gaps(staying, starts.tolist())
         destinations: list[int] = []
         origins: list[int] = []

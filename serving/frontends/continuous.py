@@ -62,7 +62,7 @@ class ContinuousFront(FrontModel):
         self.output = self.outputs[0]
         # Sending a response and asking whether a request was cancelled are messages to the server that the
         # caller waits for: a thread of their own does both, so the engine's thread only decodes.
-        self._outbox: queue.SimpleQueue[tuple[Any, Sequence[str], bool] | None] = queue.SimpleQueue()
+        self._outbox: queue.SimpleQueue[tuple[Any, Sequence[str], bool, bool] | None] = queue.SimpleQueue()
         self._live: set[Reply] = set()
         self._live_lock = threading.Lock()
         self._messenger = threading.Thread(target=self._send_and_poll, name="engine-responses", daemon=True)
@@ -79,36 +79,45 @@ class ContinuousFront(FrontModel):
         super().finalize()
 
     def _send_and_poll(self) -> None:
-        """Send what the engine's thread queued, in order; every CANCEL_POLL_S ask for each live request whether
-        its client cancelled or went away."""
+        """Send what the engine's thread queued; every CANCEL_POLL_S ask for each live request whether its client
+        cancelled or went away."""
         polled = time.monotonic()
         while True:
             try:
-                item = self._outbox.get(timeout=CANCEL_POLL_S)
+                items = [self._outbox.get(timeout=CANCEL_POLL_S)]
             except queue.Empty:
-                item = ()
-            if item is None:
+                items = []
+            while True:  # and whatever else is queued by now
+                try:
+                    items.append(self._outbox.get_nowait())
+                except queue.Empty:
+                    break
+            stopping = None in items
+            for sender, pieces, final in _coalesce([item for item in items if item is not None]):
+                try:
+                    self.respond(sender, pieces, final)
+                except Exception as err:  # noqa: BLE001 - one failed message must not stop every later answer
+                    print(
+                        f"ropeserve: {self.metrics.instance}: sending a response failed: {err}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+            if stopping:
                 return
-            try:
-                if item:
-                    self.respond(*item)
-                if time.monotonic() - polled >= CANCEL_POLL_S:
-                    polled = time.monotonic()
-                    with self._live_lock:
-                        live = list(self._live)
-                    for reply in live:
-                        reply.poll()
-            except Exception as err:  # noqa: BLE001 - one failed message must not stop every later answer
-                print(
-                    f"ropeserve: {self.metrics.instance}: sending a response failed: {err}", file=sys.stderr, flush=True
-                )
+            if time.monotonic() - polled >= CANCEL_POLL_S:
+                polled = time.monotonic()
+                with self._live_lock:
+                    live = list(self._live)
+                for reply in live:
+                    reply.poll()
 
     def queue_response(self, reply: Reply, pieces: Sequence[str], final: bool) -> None:
         """Hand a response of the engine's thread to the messenger thread; a final one ends the reply's polling."""
         if final:
             with self._live_lock:
                 self._live.discard(reply)
-        self._outbox.put((reply.sender, pieces, final))
+        first, reply.started = not reply.started, True
+        self._outbox.put((reply.sender, pieces, final, first))
 
     def _report_metrics(self) -> None:
         """The engine's gauges and counters, twice a second (what a step counts is summed here, not per step)."""
@@ -198,6 +207,21 @@ class Overloaded(Exception):
     pass
 
 
+def _coalesce(items: list[tuple[Any, Sequence[str], bool, bool]]) -> list[tuple[Any, list[str], bool]]:
+    """One response per request from the queued (sender, pieces, final, first) items: a request's pieces that
+    queued up while the messenger was busy go out as one, in order; a request's first response goes before the
+    others (the time to the first piece is what a streaming client waits for)."""
+    merged: dict[int, tuple[Any, list[str], bool, bool]] = {}
+    for sender, pieces, final, first in items:
+        if id(sender) in merged:
+            _, sent, _, was_first = merged[id(sender)]
+            merged[id(sender)] = (sender, [a + b for a, b in zip(sent, pieces, strict=True)], final, was_first)
+        else:
+            merged[id(sender)] = (sender, list(pieces), final, first)
+    ordered = sorted(merged.values(), key=lambda item: not item[3])  # stable: otherwise in queued order
+    return [(sender, pieces, final) for sender, pieces, final, _ in ordered]
+
+
 class Reply:
     """The answer to one request, filled row by row from the engine's thread."""
 
@@ -209,6 +233,7 @@ class Reply:
         self.done = [False] * rows
         self.lock = threading.Lock()
         self.is_cancelled = False
+        self.started = False  # a response was queued
 
     def poll(self) -> None:
         """Ask the server whether the client cancelled or went away (the messenger thread, every CANCEL_POLL_S)."""
