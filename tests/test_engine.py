@@ -261,6 +261,56 @@ def test_a_newcomers_first_token_is_reported_before_the_running_sources(translat
     assert order[0] == "new" and len(order) > 1, order
 
 
+def test_a_failed_step_answers_its_jobs_with_the_error_and_the_engine_goes_on(translate, monkeypatch):
+    """A step that raises ends the running jobs with the error (none hangs), and the next jobs are served as if
+    nothing had happened; a job whose own callback raises leaves alone."""
+    engine, collected, errors = translate.engine(), Collector(), {}
+    sources = translate.sources[:6]
+
+    def job(i: int, on_tokens=None) -> Job:
+        return Job(sources[i], translate.new_tokens, 1 + 3 * (i % 2), on_tokens or collected.callback(i),
+                   on_error=lambda message, i=i: errors.setdefault(i, message))  # fmt: skip
+
+    real_run = engine.decoder.run_with_iobinding
+    calls = {"n": 0}
+
+    def failing_second_step(binding):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("out of memory (injected)")
+        return real_run(binding)
+
+    monkeypatch.setattr(engine.decoder, "run_with_iobinding", failing_second_step)
+    engine.submit(job(0))
+    engine.submit(job(1))
+    engine.run_until_idle()
+    assert set(errors) == {0, 1} and all("out of memory (injected)" in m for m in errors.values()), errors
+    assert engine.stats.running_rows == 0 and not engine.busy()
+
+    def broken_callback(tokens, final):
+        raise ValueError("cannot render (injected)")
+
+    for i in (2, 3, 4):
+        engine.submit(job(i))
+    engine.submit(job(5, broken_callback))
+    engine.run_until_idle()
+    assert "cannot render (injected)" in errors[5]
+    greedy, beam = translate.expected(1, sources=sources), translate.expected(4, sources=sources)
+    for i in (2, 3, 4):
+        assert i not in errors and collected.finals[i] == 1
+        assert collected.tokens(i) == (greedy if i % 2 == 0 else beam)[i], i
+
+
+def test_a_failure_without_on_error_raises(translate, monkeypatch):
+    """Offline callers that give no on_error see the exception, as before."""
+    engine = translate.engine()
+    monkeypatch.setattr(engine.decoder, "run_with_iobinding", lambda binding: (_ for _ in ()).throw(MemoryError()))
+    engine.submit(Job(translate.sources[0], 8, 1, lambda tokens, final: None))
+    with pytest.raises(MemoryError):
+        engine.run_until_idle()
+    assert not engine.busy()
+
+
 def test_summarizer_with_copy_pointer_and_ngram_blocking(tmp_path):
     task = Task("summarize", tmp_path, limit=40)
     engine, collected = task.engine(), Collector()

@@ -137,15 +137,44 @@ def test_cli_stream_prints_the_answer(triton):
 
 def test_queued_pieces_go_out_one_response_per_request_first_pieces_first():
     """What queued up while the messenger thread was busy: each request's pieces joined in order, its final flag
-    kept, and a request's first response ahead of the others' later ones."""
+    kept, a request's first response ahead of the others' later ones, and an error in place of the pieces."""
     from serving.frontends.continuous import _coalesce
 
-    a, b, c = object(), object(), object()
+    a, b, c, d = object(), object(), object(), object()
     queued = [
-        (a, ["Hel", ""], False, False),
-        (b, ["I"], False, True),
-        (a, ["lo", "x"], False, False),
-        (c, ["We"], False, True),
-        (a, ["!", "y"], True, False),
+        (a, ["Hel", ""], False, False, None),
+        (b, ["I"], False, True, None),
+        (a, ["lo", "x"], False, False, None),
+        (d, ["It"], False, False, None),
+        (c, ["We"], False, True, None),
+        (a, ["!", "y"], True, False, None),
+        (d, [""], True, False, "generation failed: out of memory"),
     ]
-    assert _coalesce(queued) == [(b, ["I"], False), (c, ["We"], False), (a, ["Hello!", "xy"], True)]
+    assert _coalesce(queued) == [
+        (b, ["I"], False, None),
+        (c, ["We"], False, None),
+        (a, ["Hello!", "xy"], True, None),
+        (d, ["It"], True, "generation failed: out of memory"),
+    ]
+
+
+def test_a_failed_row_ends_its_request_once_with_the_error():
+    """The engine reports a row's failure: the request gets one final error, its other rows leave at the next
+    step (they read as cancelled), and their later tokens send nothing more."""
+    from serving.frontends.continuous import Reply
+
+    class Front:  # what Reply reads of its front model; records what would be sent
+        streaming = True
+        sent: list[tuple] = []
+
+        def queue_response(self, reply, pieces, final, error=None):
+            self.sent.append((list(pieces), final, error))
+
+    front = Front()
+    reply = Reply(front, sender=object(), rows=2)
+    assert not reply.cancelled()
+    reply.fail("generation failed: out of memory")
+    reply.fail("generation failed: again")
+    reply.callback(1)([5, 6], True)
+    assert front.sent == [(["", ""], True, "generation failed: out of memory")]
+    assert reply.cancelled()

@@ -24,8 +24,10 @@ background thread, which the Triton front model does.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
+import traceback
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -54,13 +56,16 @@ class Shapes:
 @dataclass(eq=False)
 class Job:
     """One source text submitted to the engine. `on_tokens` receives the tokens every possible answer starts
-    with as they become known, and the rest with final=True; `cancelled()` is polled once per step."""
+    with as they become known, and the rest with final=True; `cancelled()` is polled once per step. If its step
+    fails (or its own callback raises), `on_error` gets the message instead and the job leaves; a job without
+    one makes the failure raise (offline use)."""
 
     source: list[int]  # token ids, truncated and ending with eos
     max_new_tokens: int
     num_beams: int
     on_tokens: TokenCallback
     cancelled: Callable[[], bool] = lambda: False
+    on_error: Callable[[str], None] | None = None
     submitted: float = field(default_factory=time.perf_counter)
     sequence: search.Sequence | None = None
     sent: int = 0  # tokens already passed to on_tokens
@@ -159,17 +164,29 @@ class Engine:
                     self._wake.wait()
                 if self._stop:
                     return
-            self.iterate()
+            try:
+                self.iterate()
+            except Exception:  # noqa: BLE001 - already answered to every job that could be; the engine goes on
+                traceback.print_exc(file=sys.stderr)
 
     # -- one iteration -------------------------------------------------------------------------------------------
     def iterate(self) -> None:
-        admitted = self._admit()
-        self._move_rows()
-        if admitted or self._keep_sources is not None:
-            self._rebuild_cross(admitted)
-        if not self._jobs:
-            return
-        self._dispatch(*self._decode())
+        admitted: list[Job] = []
+        try:
+            admitted = self._admit()
+            self._move_rows()
+            if admitted or self._keep_sources is not None:
+                self._rebuild_cross(admitted)
+            if not self._jobs:
+                return
+            self._dispatch(*self._decode())
+        except Exception as err:
+            failed = self._jobs + [job for job in admitted if job not in self._jobs]
+            self._jobs = []
+            self._reset_batch()
+            self.stats.running_rows = 0
+            if not _fail(failed, f"generation failed: {err}"):
+                raise
 
     def _reset_batch(self) -> None:
         h, d = self.shapes.n_heads, self.shapes.head_dim
@@ -317,7 +334,14 @@ class Engine:
                 job.on_tokens([], True)
                 leaving.add(index)
                 continue
-            self._report(job)
+            try:
+                self._report(job)
+            except Exception as err:
+                if job.on_error is None:
+                    raise
+                _fail([job], f"answering failed: {err}")
+                leaving.add(index)
+                continue
             if job.sequence.finished:
                 leaving.add(index)
         staying = [index for index in range(len(self._jobs)) if index not in leaving]  # the jobs that continue
@@ -396,6 +420,20 @@ class Engine:
         elif len(stable) > job.sent:
             job.on_tokens(stable[job.sent :], False)
             job.sent = len(stable)
+
+
+def _fail(jobs: list[Job], message: str) -> bool:
+    """Tell each job its step failed; False if one of them cannot be told (no on_error): the caller raises."""
+    told = True
+    for job in jobs:
+        if job.on_error is None:
+            told = False
+            continue
+        try:
+            job.on_error(message)
+        except Exception:  # noqa: BLE001 - the others must still be told
+            traceback.print_exc(file=sys.stderr)
+    return told
 
 
 def _take_rows(

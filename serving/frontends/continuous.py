@@ -62,7 +62,7 @@ class ContinuousFront(FrontModel):
         self.output = self.outputs[0]
         # Sending a response and asking whether a request was cancelled are messages to the server that the
         # caller waits for: a thread of their own does both, so the engine's thread only decodes.
-        self._outbox: queue.SimpleQueue[tuple[Any, Sequence[str], bool, bool] | None] = queue.SimpleQueue()
+        self._outbox: queue.SimpleQueue[Outgoing | None] = queue.SimpleQueue()
         self._live: set[Reply] = set()
         self._live_lock = threading.Lock()
         self._messenger = threading.Thread(target=self._send_and_poll, name="engine-responses", daemon=True)
@@ -93,9 +93,15 @@ class ContinuousFront(FrontModel):
                 except queue.Empty:
                     break
             stopping = None in items
-            for sender, pieces, final in _coalesce([item for item in items if item is not None]):
+            for sender, pieces, final, error in _coalesce([item for item in items if item is not None]):
                 try:
-                    self.respond(sender, pieces, final)
+                    if error is None:
+                        self.respond(sender, pieces, final)
+                    else:
+                        sender.send(
+                            self.error_response(f"internal error: {error}", invalid=False),
+                            flags=self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                        )
                 except Exception as err:  # noqa: BLE001 - one failed message must not stop every later answer
                     print(
                         f"ropeserve: {self.metrics.instance}: sending a response failed: {err}",
@@ -111,13 +117,16 @@ class ContinuousFront(FrontModel):
                 for reply in live:
                     reply.poll()
 
-    def queue_response(self, reply: Reply, pieces: Sequence[str], final: bool) -> None:
-        """Hand a response of the engine's thread to the messenger thread; a final one ends the reply's polling."""
-        if final:
+    def queue_response(self, reply: Reply, pieces: Sequence[str], final: bool, error: str | None = None) -> None:
+        """Hand a response of the engine's thread to the messenger thread; a final one (an error is final) ends the
+        reply's polling."""
+        if final or error is not None:
             with self._live_lock:
                 self._live.discard(reply)
         first, reply.started = not reply.started, True
-        self._outbox.put((reply.sender, pieces, final, first))
+        self._outbox.put((reply.sender, pieces, final, first, error))
+        if error is not None:
+            self.metrics.rejected("internal_error")
 
     def _report_metrics(self) -> None:
         """The engine's gauges and counters, twice a second (what a step counts is summed here, not per step)."""
@@ -160,7 +169,12 @@ class ContinuousFront(FrontModel):
             for row in range(len(texts)):
                 source = batch.ids[row, : batch.lengths[row]].tolist()
                 job = Job(
-                    source, settings["max_new_tokens"], settings["num_beams"], reply.callback(row), reply.cancelled
+                    source,
+                    settings["max_new_tokens"],
+                    settings["num_beams"],
+                    reply.callback(row),
+                    reply.cancelled,
+                    reply.fail,
                 )
                 self.engine.submit(job)
         for options, group in whole.items():
@@ -207,19 +221,23 @@ class Overloaded(Exception):
     pass
 
 
-def _coalesce(items: list[tuple[Any, Sequence[str], bool, bool]]) -> list[tuple[Any, list[str], bool]]:
-    """One response per request from the queued (sender, pieces, final, first) items: a request's pieces that
-    queued up while the messenger was busy go out as one, in order; a request's first response goes before the
-    others (the time to the first piece is what a streaming client waits for)."""
-    merged: dict[int, tuple[Any, list[str], bool, bool]] = {}
-    for sender, pieces, final, first in items:
+Outgoing = tuple[Any, Sequence[str], bool, bool, "str | None"]  # sender, pieces, final, first, error
+
+
+def _coalesce(items: list[Outgoing]) -> list[tuple[Any, list[str], bool, str | None]]:
+    """One response per request from the queued (sender, pieces, final, first, error) items: a request's pieces
+    that queued up while the messenger was busy go out as one, in order, and an error replaces them; a request's
+    first response goes before the others (the time to the first piece is what a streaming client waits for)."""
+    merged: dict[int, tuple[Any, list[str], bool, bool, str | None]] = {}
+    for sender, pieces, final, first, error in items:
         if id(sender) in merged:
-            _, sent, _, was_first = merged[id(sender)]
-            merged[id(sender)] = (sender, [a + b for a, b in zip(sent, pieces, strict=True)], final, was_first)
+            _, sent, _, was_first, _ = merged[id(sender)]
+            joined = [a + b for a, b in zip(sent, pieces, strict=True)]
+            merged[id(sender)] = (sender, joined, final, was_first, error)
         else:
-            merged[id(sender)] = (sender, list(pieces), final, first)
+            merged[id(sender)] = (sender, list(pieces), final, first, error)
     ordered = sorted(merged.values(), key=lambda item: not item[3])  # stable: otherwise in queued order
-    return [(sender, pieces, final) for sender, pieces, final, _ in ordered]
+    return [(sender, pieces, final, error) for sender, pieces, final, _, error in ordered]
 
 
 class Reply:
@@ -234,6 +252,7 @@ class Reply:
         self.lock = threading.Lock()
         self.is_cancelled = False
         self.started = False  # a response was queued
+        self.failed = False  # a row failed; the error response is queued
 
     def poll(self) -> None:
         """Ask the server whether the client cancelled or went away (the messenger thread, every CANCEL_POLL_S)."""
@@ -241,12 +260,23 @@ class Reply:
             self.is_cancelled = bool(self.sender.is_cancelled())
 
     def cancelled(self) -> bool:
-        """The client went away or cancelled, as last polled: read by the engine every step."""
-        return self.is_cancelled
+        """The client went away or cancelled, as last polled, or another of its rows failed: read by the engine every
+        step, so the request's other rows leave too."""
+        return self.is_cancelled or self.failed
+
+    def fail(self, message: str) -> None:
+        """A row's generation failed: the request ends with the error (once), unless it was answered already."""
+        with self.lock:
+            if self.failed or all(self.done):
+                return
+            self.failed = True
+            self.front.queue_response(self, [""] * len(self.sent), True, message)
 
     def callback(self, row: int):
         def on_tokens(tokens: list[int], final: bool) -> None:
             with self.lock:
+                if self.failed:  # answered with the error already
+                    return
                 self.tokens[row] += tokens
                 self.done[row] = self.done[row] or final
                 finished = all(self.done)
