@@ -120,7 +120,11 @@ class StubWatchdog(threading.Thread):
         """One look at the process group: note each model that lost a stub, reload those that are ready."""
         alive = set(self.members())
         now = time.monotonic()
-        dead = [s for pid, s in self._watched.items() if pid not in alive and pid not in self._retiring]
+        # Stubs as found now: a process listed alive can die before its argv is read (it then reads empty), and it
+        # must still count as a watched stub that is gone, or its death would never be noticed.
+        stubs = find_stubs(sorted(alive))
+        found = {stub.pid for stub in stubs}
+        dead = [s for pid, s in self._watched.items() if pid not in found and pid not in self._retiring]
         for model in sorted({stub.model for stub in dead} - set(self._pending)):
             pids = ", ".join(str(s.pid) for s in dead if s.model == model)
             self.log(f"the Python-backend stub of model '{model}' (pid {pids}) died")
@@ -144,10 +148,9 @@ class StubWatchdog(threading.Thread):
             del self._pending[model]
             self._retiring |= {pid for pid, stub in self._watched.items() if stub.model == model}
             self.log(f"model '{model}' reloaded")
-        stubs = find_stubs(sorted(alive))
         self._abandoned -= {stub.model for stub in stubs if stub.pid not in self._watched}  # loaded again since
         self._watched = {stub.pid: stub for stub in stubs}
-        self._retiring &= alive
+        self._retiring &= found
 
     def reload(self, model: str) -> None:
         """Load ``model`` again with a changed reload parameter, so Triton really builds new instances."""

@@ -90,6 +90,19 @@ def test_a_dead_stub_is_reloaded_once_the_server_answers(stubs) -> None:
     assert any("(pid " in line and "'sentiment'" in line for line in watchdog.lines)
 
 
+def test_a_stub_that_dies_while_the_group_is_read_is_still_noticed(stubs) -> None:
+    """The process list names the stub, then it dies before its argv is read (which then reads empty): the death
+    must be noticed then, not lost from the watched stubs for good (seen under load: no reload for 30 s)."""
+    victim, other = stubs("sentiment"), stubs("translate")
+    watchdog = ScriptedWatchdog([victim, other], ready=[200])
+    watchdog._check()
+    listed = [victim.pid, other.pid]
+    kill(victim)
+    watchdog.members = lambda: listed  # read before the kill
+    watchdog._check()
+    assert watchdog.reloaded == ["sentiment"]
+
+
 def test_a_model_that_stays_not_ready_is_left_alone_after_the_patience(stubs) -> None:
     victim = stubs("summarize")
     watchdog = ScriptedWatchdog([victim], ready=[400, 400], patience_s=0.0)
