@@ -165,7 +165,9 @@ def test_a_failed_row_ends_its_request_once_with_the_error():
 
     class Front:  # what Reply reads of its front model; records what would be sent
         streaming = True
-        sent: list[tuple] = []
+
+        def __init__(self) -> None:
+            self.sent: list[tuple] = []
 
         def queue_response(self, reply, pieces, final, error=None):
             self.sent.append((list(pieces), final, error))

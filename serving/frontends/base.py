@@ -323,8 +323,7 @@ class FrontModel:
                 continue
             except Exception as err:  # noqa: BLE001 - a server fault must answer, not hang the client
                 for job in jobs:
-                    responses[job.index] = self.error_response(f"internal error: {err}", invalid=False)
-                    self.metrics.rejected("internal_error")
+                    responses[job.index] = self.internal_error_response(err)
                 continue
             start = 0
             for job in jobs:
@@ -344,6 +343,11 @@ class FrontModel:
     def error_response(self, message: str, invalid: bool = True) -> Any:
         code = self.pb.TritonError.INVALID_ARG if invalid else self.pb.TritonError.INTERNAL
         return self.pb.InferenceResponse(error=self.pb.TritonError(message, code))
+
+    def internal_error_response(self, err: object) -> Any:
+        """The answer to a request that failed on the server's side (counted as internal_error)."""
+        self.metrics.rejected("internal_error")
+        return self.error_response(f"internal error: {err}", invalid=False)
 
     def output_dtype(self, name: str) -> Any:
         for out in self.model_config["output"]:

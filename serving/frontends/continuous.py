@@ -99,8 +99,7 @@ class ContinuousFront(FrontModel):
                         self.respond(sender, pieces, final)
                     else:
                         sender.send(
-                            self.error_response(f"internal error: {error}", invalid=False),
-                            flags=self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                            self.internal_error_response(error), flags=self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
                         )
                 except Exception as err:  # noqa: BLE001 - one failed message must not stop every later answer
                     print(
@@ -125,8 +124,6 @@ class ContinuousFront(FrontModel):
                 self._live.discard(reply)
         first, reply.started = not reply.started, True
         self._outbox.put((reply.sender, pieces, final, first, error))
-        if error is not None:
-            self.metrics.rejected("internal_error")
 
     def _report_metrics(self) -> None:
         """The engine's gauges and counters, twice a second (what a step counts is summed here, not per step)."""
@@ -199,11 +196,7 @@ class ContinuousFront(FrontModel):
             answers = self.whole_answer(texts, settings)
         except Exception as err:  # noqa: BLE001 - a server fault must answer every request, not hang them
             for sender, _ in group:
-                sender.send(
-                    self.error_response(f"internal error: {err}", invalid=False),
-                    flags=self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
-                )
-                self.metrics.rejected("internal_error")
+                sender.send(self.internal_error_response(err), flags=self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
             return 0
         start = 0
         for sender, request_texts in group:
