@@ -17,7 +17,7 @@ from export import seq2seq
 from export.data import Pair
 from export.generation import Decoding as Reference
 from export.step_export import StepDecoder, export_step_graphs
-from serving.engine.engine import Engine, Job, Shapes
+from serving.engine.engine import ENCODER_CALL_TOKENS, Engine, Job, Shapes, length_groups
 from serving.engine.search import Decoding
 
 pytestmark = pytest.mark.export
@@ -241,6 +241,48 @@ def test_stream_pieces_add_up_and_come_in_several_parts(translate):
     assert all(collected.finals[i] == 1 for i in range(len(sources)))
     multi = [i for i in range(len(sources)) if len(collected.tokens(i)) > 3]
     assert multi and all(len([p for p in collected.pieces[i] if p]) >= 2 for i in multi if i % 2 == 0)
+
+
+def _cheapest_cut(lengths: list[int], call_cost: int) -> float:
+    """Brute force over every way to cut the sorted lengths into runs."""
+    ordered, best = sorted(lengths), float("inf")
+    for mask in range(2 ** (len(ordered) - 1)):
+        cuts = [0] + [i + 1 for i in range(len(ordered) - 1) if mask >> i & 1] + [len(ordered)]
+        best = min(best, sum(call_cost + (b - a) * ordered[b - 1] for a, b in zip(cuts, cuts[1:])))
+    return best
+
+
+def test_length_groups_cost_least_and_cover_every_source_once():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        lengths = rng.integers(1, 64, size=int(rng.integers(1, 9))).tolist()
+        call_cost = int(rng.integers(0, 80))
+        groups = length_groups(lengths, call_cost)
+        assert sorted(i for group in groups for i in group) == list(range(len(lengths)))
+        paid = sum(call_cost + len(group) * max(lengths[i] for i in group) for group in groups)
+        assert paid == _cheapest_cut(lengths, call_cost), (lengths, call_cost, groups)
+    assert length_groups([12, 10, 11, 13], 32) == [[1, 2, 0, 3]]  # similar lengths: one call
+    assert length_groups([9, 60, 8, 10, 11, 9, 12, 10], 32) == [[2, 0, 5, 3, 7, 4, 6], [1]]
+
+
+def test_a_long_source_gets_its_own_encoder_call_and_the_same_tokens(translate):
+    engine, collected, shapes = translate.engine(), Collector(), []
+    run = engine.encoder.run
+
+    def counted(names, feeds):
+        shapes.append(feeds["input_ids"].shape)
+        return run(names, feeds)
+
+    engine.encoder = type("Counted", (), {"run": staticmethod(counted)})()
+    by_length = sorted(translate.sources, key=len)
+    sources = by_length[:7] + by_length[-1:]  # seven short sources and the longest
+    assert len(sources[-1]) - len(sources[-2]) > ENCODER_CALL_TOKENS // 2
+    for i, source in enumerate(sources):
+        engine.submit(Job(source, translate.new_tokens, 1 + 3 * (i % 2), collected.callback(i)))
+    engine.run_until_idle()
+    assert sorted(shapes) == [(1, len(sources[-1])), (7, len(sources[-2]))]
+    for i, source in enumerate(sources):
+        assert collected.tokens(i) == translate.expected(1 + 3 * (i % 2), sources=[source])[0], i
 
 
 def test_a_newcomers_first_token_is_reported_before_the_running_sources(translate):

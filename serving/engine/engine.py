@@ -2,9 +2,9 @@
 
 One running batch holds the rows of every source being decoded (num_beams rows each). Each iteration:
 
-1. admit: sources that arrived since the last step are encoded together (one encoder call) and join the batch
-   with an empty self-attention cache; their cross-attention keys/values, stored once per source (not per
-   beam), are padded to the batch's longest source (and the batch's to theirs);
+1. admit: sources that arrived since the last step are encoded (one encoder call per group of similar lengths,
+   `length_groups`) and join the batch with an empty self-attention cache; their cross-attention keys/values,
+   stored once per source (not per beam), are padded to the batch's longest source (and the batch's to theirs);
 2. step: one decoder call for every row, each at its own position (`positions`: the keys it has cached);
 3. dispatch: each source reads its rows' log-probabilities (serving/engine/search.py) and names the rows the
    next step continues; finished and cancelled sources leave at once.
@@ -41,6 +41,9 @@ from serving.engine import search
 from serving.engine.search import Decoding, best_candidates, block_repeated_ngrams
 
 TokenCallback = Callable[[list[int], bool], None]  # (newly stable tokens, final)
+
+# What one more encoder call costs beyond its tokens, in padded tokens (see length_groups).
+ENCODER_CALL_TOKENS = 32
 
 
 @dataclass(frozen=True)
@@ -221,11 +224,28 @@ class Engine:
         return admitted
 
     def _encode(self, jobs: list[Job]) -> tuple[list[np.ndarray], np.ndarray]:
-        """The jobs' sources in one encoder call: cross-attention arrays [A, H, S, Dh] and mask [A, S], padded to
-        the longest source."""
-        ids = np.zeros((len(jobs), max(len(job.source) for job in jobs)), np.int32)
-        for i, job in enumerate(jobs):
-            ids[i, : len(job.source)] = job.source
+        """The jobs' sources: cross-attention arrays [A, H, S, Dh] and mask [A, S], padded to the longest source.
+        Sources of similar length share an encoder call, which pads them to its longest only."""
+        groups = length_groups([len(job.source) for job in jobs], ENCODER_CALL_TOKENS)
+        if len(groups) == 1:
+            return self._encode_group([job.source for job in jobs])
+        width = max(len(job.source) for job in jobs)
+        h, d = self.shapes.n_heads, self.shapes.head_dim
+        cross = [np.zeros((len(jobs), h, width, d), np.float32) for _ in self.cross_names]
+        mask = np.zeros((len(jobs), width), np.int32)
+        for group in groups:
+            outputs, group_mask = self._encode_group([jobs[i].source for i in group])
+            columns = group_mask.shape[1]
+            for array, output in zip(cross, outputs):
+                array[group, :, :columns] = output
+            mask[group, :columns] = group_mask
+        return cross, mask
+
+    def _encode_group(self, sources: list[list[int]]) -> tuple[list[np.ndarray], np.ndarray]:
+        """One encoder call, padded to the longest source."""
+        ids = np.zeros((len(sources), max(map(len, sources))), np.int32)
+        for i, source in enumerate(sources):
+            ids[i, : len(source)] = source
         mask = (ids != 0).astype(np.int32)
         return self.encoder.run(self.cross_names, {"input_ids": ids, "attention_mask": mask}), mask
 
@@ -420,6 +440,26 @@ class Engine:
         elif len(stable) > job.sent:
             job.on_tokens(stable[job.sent :], False)
             job.sent = len(stable)
+
+
+def length_groups(lengths: list[int], call_cost: int) -> list[list[int]]:
+    """The indices of `lengths` cut into groups, one encoder call each, that cost least in all: a call pads its
+    sources to its longest and costs `call_cost` tokens more by itself. Groups are runs of the sorted lengths,
+    so the best cut is found by dynamic programming over where each run starts."""
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    cost = [0.0] + [float("inf")] * len(order)  # cost[end]: the cheapest cut of the `end` shortest
+    start_of = [0] * (len(order) + 1)
+    for end in range(1, len(order) + 1):
+        longest = lengths[order[end - 1]]
+        for start in range(end):
+            total = cost[start] + call_cost + (end - start) * longest
+            if total < cost[end]:
+                cost[end], start_of[end] = total, start
+    groups, end = [], len(order)
+    while end:
+        groups.append(order[start_of[end] : end])
+        end = start_of[end]
+    return groups[::-1]
 
 
 def _fail(jobs: list[Job], message: str) -> bool:
