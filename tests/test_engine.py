@@ -285,6 +285,28 @@ def test_a_long_source_gets_its_own_encoder_call_and_the_same_tokens(translate):
         assert collected.tokens(i) == translate.expected(1 + 3 * (i % 2), sources=[source])[0], i
 
 
+def test_sources_joining_and_leaving_keep_the_cross_attention_buffers(translate):
+    """A newcomer's encoder output goes into its own row and a finished source's row is taken by another: the
+    cross-attention buffers are replaced only when they must grow (or narrow), not at each join or leave."""
+    engine, collected = translate.engine(), Collector()
+    sources = translate.sources[:120]
+    jobs = [Job(s, translate.new_tokens, 1, collected.callback(i)) for i, s in enumerate(sources)]
+    buffers, seen = [], {"running": [], "changed": 0}
+
+    def after_step():
+        if not buffers or buffers[-1] is not engine._cross[0]:
+            buffers.append(engine._cross[0])
+        running = [id(job) for job in engine._jobs]
+        seen["changed"] += running != seen["running"]  # a source joined or left
+        seen["running"] = running
+
+    staggered(engine, jobs, seed=4, after_step=after_step)
+    assert seen["changed"] > 40
+    assert len(buffers) <= seen["changed"] // 5, (len(buffers), seen["changed"])
+    expected = translate.expected(1, sources=sources)
+    assert all(collected.tokens(i) == expected[i] for i in range(len(sources)))
+
+
 def test_a_newcomers_first_token_is_reported_before_the_running_sources(translate):
     """The step that gives a source its first token reports it first: that is what its streaming client waits for,
     while the others' next tokens are a step's worth of latency among many."""

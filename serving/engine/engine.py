@@ -3,8 +3,8 @@
 One running batch holds the rows of every source being decoded (num_beams rows each). Each iteration:
 
 1. admit: sources that arrived since the last step are encoded (one encoder call per group of similar lengths,
-   `length_groups`) and join the batch with an empty self-attention cache; their cross-attention keys/values,
-   stored once per source (not per beam), are padded to the batch's longest source (and the batch's to theirs);
+   `length_groups`) straight into the rows after the running sources' and join the batch with an empty
+   self-attention cache; cross-attention keys/values are stored once per source (not per beam);
 2. step: one decoder call for every row, each at its own position (`positions`: the keys it has cached);
 3. dispatch: each source reads its rows' log-probabilities (serving/engine/search.py) and names the rows the
    next step continues; finished and cancelled sources leave at once.
@@ -12,7 +12,11 @@ One running batch holds the rows of every source being decoded (num_beams rows e
 The self-attention caches are buffers that outlive the steps: row r's keys fill columns 0..positions[r]-1, and
 the decoder writes each new key in place (GroupQueryAttention, its present bound to the buffer's memory). Between
 steps only rows that move are copied (a beam that continues another beam, the last source moving into the place
-a finished one left), never the whole cache, and a newcomer's rows need nothing copied at all.
+a finished one left), never the whole cache, and a newcomer's rows need nothing copied at all. The
+cross-attention keys/values are buffers too, one row per source: a finished source's row is taken by the last
+source's, and the encoder's output goes straight into the newcomers' rows. Their width is the longest running
+source rounded up to CROSS_COLUMNS_STEP tokens, kept while it fits, so it changes (a copy of every row) only when
+a longer source arrives or the running ones fit in half of it.
 
 Nothing is padded to a longer neighbour beyond the source padding of the cross-attention, and settings
 (max_new_tokens, num_beams) are per source, so no grouping by settings. While every running source has the same
@@ -44,6 +48,8 @@ TokenCallback = Callable[[list[int], bool], None]  # (newly stable tokens, final
 
 # What one more encoder call costs beyond its tokens, in padded tokens (see length_groups).
 ENCODER_CALL_TOKENS = 32
+# The cross-attention buffers' width grows and shrinks in steps of this many source tokens.
+CROSS_COLUMNS_STEP = 16
 
 
 @dataclass(frozen=True)
@@ -126,6 +132,10 @@ class Engine:
         h, d = shapes.n_heads, shapes.head_dim
         # self-attention caches [rows, H, columns, Dh], grown on demand (_reserve)
         self._cache = [np.zeros((8, h, 16, d), np.float32) for _ in range(2 * shapes.n_layers)]
+        # cross-attention keys/values [sources, H, columns, Dh] and mask [sources, columns], one row per running
+        # source in job order; also buffers that outlive the steps (_place_sources)
+        self._cross = [np.zeros((8, h, CROSS_COLUMNS_STEP, d), np.float32) for _ in range(2 * shapes.n_cross)]
+        self._cross_mask = np.zeros((8, CROSS_COLUMNS_STEP), np.int32)
         self._reset_batch()
 
     # -- submitting --------------------------------------------------------------------------------------------
@@ -179,7 +189,7 @@ class Engine:
             admitted = self._admit()
             self._move_rows()
             if admitted or self._keep_sources is not None:
-                self._rebuild_cross(admitted)
+                self._place_sources(admitted)
             if not self._jobs:
                 return
             self._dispatch(*self._decode())
@@ -192,12 +202,8 @@ class Engine:
                 raise
 
     def _reset_batch(self) -> None:
-        h, d = self.shapes.n_heads, self.shapes.head_dim
-        # one row per source, in job order
-        self.cross_kv = [np.zeros((0, h, 1, d), np.float32) for _ in range(2 * self.shapes.n_cross)]
-        self.cross_mask = np.zeros((0, 1), np.int32)
         # what the last step left to do before the next: self-attention rows to copy (destination rows, source
-        # rows, columns in use) and the cross-attention rows (sources) that continue, None: all, in order
+        # rows, columns in use) and the sources that continue, in their new order (None: all, in order)
         self._moves: tuple[list[int], list[int], int] | None = None
         self._keep_sources: list[int] | None = None
 
@@ -223,23 +229,16 @@ class Engine:
             job.sequence = search.Sequence(self.decoding, job.max_new_tokens, job.num_beams)
         return admitted
 
-    def _encode(self, jobs: list[Job]) -> tuple[list[np.ndarray], np.ndarray]:
-        """The jobs' sources: cross-attention arrays [A, H, S, Dh] and mask [A, S], padded to the longest source.
-        Sources of similar length share an encoder call, which pads them to its longest only."""
-        groups = length_groups([len(job.source) for job in jobs], ENCODER_CALL_TOKENS)
-        if len(groups) == 1:
-            return self._encode_group([job.source for job in jobs])
-        width = max(len(job.source) for job in jobs)
-        h, d = self.shapes.n_heads, self.shapes.head_dim
-        cross = [np.zeros((len(jobs), h, width, d), np.float32) for _ in self.cross_names]
-        mask = np.zeros((len(jobs), width), np.int32)
-        for group in groups:
-            outputs, group_mask = self._encode_group([jobs[i].source for i in group])
-            columns = group_mask.shape[1]
-            for array, output in zip(cross, outputs):
-                array[group, :, :columns] = output
-            mask[group, :columns] = group_mask
-        return cross, mask
+    def _encode_into(self, sources: list[list[int]], first_row: int) -> None:
+        """Encode the sources into the cross-attention rows from `first_row` on. Sources of similar length share an
+        encoder call (length_groups), which pads them to its longest only."""
+        for group in length_groups([len(source) for source in sources], ENCODER_CALL_TOKENS):
+            outputs, mask = self._encode_group([sources[i] for i in group])
+            rows = [first_row + i for i in group]
+            columns = mask.shape[1]
+            for buffer, output in zip(self._cross, outputs):
+                buffer[rows, :, :columns] = output
+            self._cross_mask[rows, :columns] = mask
 
     def _encode_group(self, sources: list[list[int]]) -> tuple[list[np.ndarray], np.ndarray]:
         """One encoder call, padded to the longest source."""
@@ -258,23 +257,44 @@ class Engine:
             buffer[destinations, :, :columns] = buffer[origins, :, :columns]  # the right side is read first
         self._moves = None
 
-    def _rebuild_cross(self, admitted: list[Job]) -> None:
-        """The cross-attention arrays of the next step in one copy each: the sources that continue (cut to the
-        longest of them), then the admitted ones, encoded here (all padded to the longest); the admitted join."""
-        sources = self._keep_sources
+    def _place_sources(self, admitted: list[Job]) -> None:
+        """The cross-attention rows of the next step: the sources that continue move into their new places (only
+        those whose place changes are copied), then the admitted ones are encoded into the rows after them."""
+        order, self._keep_sources = self._keep_sources, None
+        if order is not None:
+            moving = [(to, of) for to, of in enumerate(order) if to != of]
+            if moving:
+                destinations, origins = zip(*moving)
+                for buffer in (*self._cross, self._cross_mask):
+                    buffer[list(destinations)] = buffer[list(origins)]  # the right side is read first
+        kept = len(self._jobs)
         self._jobs += admitted
-        self._keep_sources = None
-        kept_mask = self.cross_mask if sources is None else self.cross_mask[sources]
-        kept_width = int(kept_mask.any(axis=0).nonzero()[0].max()) + 1 if kept_mask.any() else 1
-        new, new_mask = self._encode(admitted) if admitted else ([None] * len(self.cross_kv), None)
-        width = max(kept_width, 0 if new_mask is None else new_mask.shape[1])
-        count = len(kept_mask) + len(admitted)
+        widest = max((len(job.source) for job in self._jobs), default=1)
+        self._reserve_cross(len(self._jobs), widest, kept)
+        if not admitted:
+            return
+        self._cross_mask[kept : len(self._jobs)] = 0
+        self._encode_into([job.source for job in admitted], kept)
+
+    def _reserve_cross(self, rows: int, widest: int, kept: int) -> None:
+        """Cross-attention buffers of at least `rows` rows and a width that holds `widest` source tokens: grown by
+        doubling rows and in steps of CROSS_COLUMNS_STEP columns; narrowed once the running sources fit in half
+        the width (every column is attended to, masked or not). The first `kept` rows are kept."""
+        have_rows, _, columns, _ = self._cross[0].shape
+        needed = -(-widest // CROSS_COLUMNS_STEP) * CROSS_COLUMNS_STEP
+        if needed > columns or needed <= columns // 2:
+            columns = needed
+        elif rows <= have_rows:
+            return
+        rows = max(rows, have_rows if rows <= have_rows else 2 * have_rows)
+        keep = min(columns, self._cross[0].shape[2])
         h, d = self.shapes.n_heads, self.shapes.head_dim
-        self.cross_kv = [
-            _take_rows(kv[:, :, :kept_width], sources, (count, h, width, d), appended)
-            for kv, appended in zip(self.cross_kv, new)
-        ]
-        self.cross_mask = _take_rows(kept_mask[:, :kept_width], None, (count, width), new_mask)
+        cross = [np.zeros((rows, h, columns, d), np.float32) for _ in self._cross]
+        for new, old in zip(cross, self._cross):
+            new[:kept, :, :keep] = old[:kept, :, :keep]
+        mask = np.zeros((rows, columns), np.int32)
+        mask[:kept, :keep] = self._cross_mask[:kept, :keep]
+        self._cross, self._cross_mask = cross, mask
 
     def _reserve(self, rows: int, columns: int) -> None:
         """Cache buffers of at least `rows` rows and `columns` columns; grown by doubling, contents kept."""
@@ -304,7 +324,8 @@ class Engine:
         rows = len(beams)
         positions = np.array([len(beam) - 1 for beam in beams], np.int64)
         self._reserve(rows, int(positions.max()) + 1)
-        cross_mask, cross_kv = self.cross_mask, self.cross_kv
+        sources = len(self._jobs)
+        cross_mask, cross_kv = self._cross_mask[:sources], [buffer[:sources] for buffer in self._cross]
         widths = [job.num_beams for job in self._jobs]
         if min(widths) != max(widths):  # the graph groups rows by source only when every source has as many
             cross_mask, *cross_kv = (np.repeat(array, widths, axis=0) for array in (cross_mask, *cross_kv))
@@ -474,29 +495,3 @@ def _fail(jobs: list[Job], message: str) -> bool:
         except Exception:  # noqa: BLE001 - the others must still be told
             traceback.print_exc(file=sys.stderr)
     return told
-
-
-def _take_rows(
-    array: np.ndarray, rows: list[int] | None, shape: tuple[int, ...], appended: np.ndarray | None
-) -> np.ndarray:
-    """A new array of `shape`: array[rows] (all rows, in order, when None), then the rows of `appended`; each
-    part sits at the start of the other axes and the rest is zero. One copy of the data."""
-    out = np.empty(shape, array.dtype)
-    head = out[: array.shape[0] if rows is None else len(rows)]
-    if array.shape[1:] == shape[1:]:
-        if rows is None:
-            head[...] = array
-        else:
-            np.take(array, rows, axis=0, out=head, mode="clip")  # rows are valid; "raise" copies twice
-    else:
-        head[...] = 0
-        head[(slice(None), *(slice(0, n) for n in array.shape[1:]))] = array if rows is None else array[rows]
-    at = len(head)
-    if appended is not None:
-        block = out[at : at + len(appended)]
-        block[...] = 0
-        block[(slice(None), *(slice(0, n) for n in appended.shape[1:]))] = appended
-        at += len(appended)
-    if at < shape[0]:
-        out[at:] = 0
-    return out
