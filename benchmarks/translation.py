@@ -36,6 +36,7 @@ from typing import Any
 
 from benchmarks import data
 from benchmarks.checks import check
+from benchmarks.cpu_share import cores_during
 from benchmarks.markdown import cell, table
 from benchmarks.profiles import REPOSITORY, Profile
 from benchmarks.stats import cpu_flags, interleaved, percentile, summarize, summarize_runs
@@ -53,6 +54,8 @@ RUNTIMES = (CT2_FP32, CT2_INT8, BEAMSEARCH_OP, ENGINE)
 ENGINE_SERVER, TODAY_SERVER = "engine", "generation_front"  # served: model_repository; the BeamSearch-op variant
 SERVERS = (ENGINE_SERVER, TODAY_SERVER)
 REQUEST_TIMEOUT_S = 120.0
+CORES = "cores "  # prefix of a served point's CPU figures: "cores tritonserver", "cores stub translate", …
+LOAD = "load (this process)"  # the client threads
 # Bars: served engine vs CTranslate2 offline, vs today's served translate, p99 not worse, TTFT share.
 BAR_VS_CT2, BAR_VS_TODAY, BAR_P99, BAR_TTFT = 1.0, 2.0, 1.0, 0.2
 
@@ -389,6 +392,16 @@ def closed_loop(
     return out
 
 
+def with_cores(load: Callable[[], dict[str, float]]) -> dict[str, float]:
+    """The load's result and the cores each process used while it ran (CPU seconds ÷ wall seconds): tritonserver,
+    each model's Python stubs, and this process, whose client threads are the load. Where a served sentence's CPU
+    goes is what sets the served figures against the offline ones."""
+    began, own = time.monotonic(), time.process_time()
+    result, cores = cores_during(load, interval_s=1.0)  # the servers outlive the load: start and end suffice
+    cores[LOAD] = (time.process_time() - own) / (time.monotonic() - began)
+    return result | {f"{CORES}{kind}": used for kind, used in cores.items()}
+
+
 def _server(stack: contextlib.ExitStack, repository: Path, models: list[str]) -> Any:
     from serving.embedded import EmbeddedTriton, ServerOptions, free_ports
 
@@ -416,7 +429,10 @@ def served(profile: Profile, sentences: list[str], workdir: Path) -> tuple[list[
             for beams in BEAMS:
                 calls = {
                     name: partial(
-                        closed_loop, server.grpc_url, TASK, sentences, clients, beams, new_tokens, window, warmup
+                        with_cores,
+                        partial(
+                            closed_loop, server.grpc_url, TASK, sentences, clients, beams, new_tokens, window, warmup
+                        ),
                     )
                     for name, server in servers.items()
                 }
@@ -571,6 +587,12 @@ def markdown(section: dict[str, Any]) -> list[str]:
         ratio = p["servers"][ENGINE_SERVER]["throughput"]["median"] / p["servers"][TODAY_SERVER]["throughput"]["median"]
         errors = sum(p["servers"][n]["errors"]["median"] for n in SERVERS)
         served_rows.append([str(p["clients"]), beam_label(p["beams"]), *cells, f"{ratio:.2f}×", f"{errors:.0f}"])
+    cpu_rows = [
+        [str(p["clients"]), beam_label(p["beams"]), name, *_cpu_cells(p["servers"][name])]
+        for p in section["served"]
+        for name in SERVERS
+        if any(key.startswith(CORES) for key in p["servers"][name])
+    ]
     stream_rows = [
         [
             str(s["clients"]),
@@ -604,6 +626,12 @@ def markdown(section: dict[str, Any]) -> list[str]:
         "",
         *table(["clients", "search", *SERVERS, "engine ÷ today", "errors"], served_rows),
         "",
+        "**Where the CPU goes** while those loads ran (medians): cores used by tritonserver, by the models' Python "
+        "stubs, and by this process, whose client threads are the load; CPU ms per sentence = all of them ÷ "
+        "sentences/s.",
+        "",
+        *table(["clients", "search", "server", "tritonserver", "stubs", "load", "all", "CPU ms / sentence"], cpu_rows),
+        "",
         f"**Streaming** (`{STREAM_MODEL}`): time to the first non-empty piece and to the final response, ms.",
         "",
         *table(["clients", "search", "median TTFT", "median full", "TTFT ÷ full", "p99 TTFT / full"], stream_rows),
@@ -613,6 +641,16 @@ def markdown(section: dict[str, Any]) -> list[str]:
         *_bar_lines(section),
         "",
     ]
+
+
+def _cpu_cells(point: dict[str, Any]) -> list[str]:
+    """tritonserver, stubs (summed over models), load, all: cores; then CPU ms per served sentence."""
+    cores = {key.removeprefix(CORES): value["median"] for key, value in point.items() if key.startswith(CORES)}
+    stubs = sum(value for kind, value in cores.items() if kind.startswith("stub "))
+    server, load = cores.get("tritonserver", 0.0), cores.get(LOAD, 0.0)
+    used = server + stubs + load
+    per_sentence = used / point["throughput"]["median"] * 1e3
+    return [f"{server:.2f}", f"{stubs:.2f}", f"{load:.2f}", f"{used:.2f}", f"{per_sentence:.2f}"]
 
 
 # -- the section ----------------------------------------------------------------------------------------------

@@ -122,10 +122,14 @@ def test_smoke_run_writes_results(tmp_path, fake_data_dir):
     assert all(isinstance(c["met"], bool) for c in results["checks"])
     bars = results["translation"]["bars"]
     assert len(bars) == 8 and all(c in results["checks"] for c in bars)  # listed with the other bars
+    for point in results["translation"]["served"]:  # the engine's stubs and the client threads did the work
+        engine = point["servers"][translation.ENGINE_SERVER]
+        assert engine[f"{translation.CORES}stub translate"]["median"] > 0
+        assert engine[f"{translation.CORES}{translation.LOAD}"]["median"] > 0
 
     markdown = (tmp_path / "smoke.md").read_text(encoding="utf-8")
     headings = ("## 1. Model runtime", "## 2. Generation", "## 3–4. Serving", "## 5. Ceiling", "## 6. Translation")
-    for heading in (*headings, "**Where the time goes", "## Bars"):
+    for heading in (*headings, "**Where the time goes", "**Where the CPU goes", "## Bars"):
         assert heading in markdown
     pngs = sorted(p.name for p in tmp_path.glob("*.png"))
     assert pngs == [
