@@ -286,30 +286,19 @@ class Engine:
             columns = needed
         elif rows <= have_rows:
             return
-        rows = max(rows, have_rows if rows <= have_rows else 2 * have_rows)
-        keep = min(columns, self._cross[0].shape[2])
-        h, d = self.shapes.n_heads, self.shapes.head_dim
-        cross = [np.zeros((rows, h, columns, d), np.float32) for _ in self._cross]
-        for new, old in zip(cross, self._cross):
-            new[:kept, :, :keep] = old[:kept, :, :keep]
-        mask = np.zeros((rows, columns), np.int32)
+        rows = _doubled(have_rows, rows)
+        self._cross = [_resized(buffer, rows, columns, kept) for buffer in self._cross]
+        mask, keep = np.zeros((rows, columns), np.int32), min(columns, self._cross_mask.shape[1])
         mask[:kept, :keep] = self._cross_mask[:kept, :keep]
-        self._cross, self._cross_mask = cross, mask
+        self._cross_mask = mask
 
     def _reserve(self, rows: int, columns: int) -> None:
         """Cache buffers of at least `rows` rows and `columns` columns; grown by doubling, contents kept."""
         have_rows, _, have_columns, _ = self._cache[0].shape
         if rows <= have_rows and columns <= have_columns:
             return
-        rows = have_rows if rows <= have_rows else max(rows, 2 * have_rows)
-        columns = have_columns if columns <= have_columns else max(columns, 2 * have_columns)
-        h, d = self.shapes.n_heads, self.shapes.head_dim
-        grown = []
-        for buffer in self._cache:
-            bigger = np.zeros((rows, h, columns, d), np.float32)
-            bigger[:have_rows, :, :have_columns] = buffer
-            grown.append(bigger)
-        self._cache = grown
+        rows, columns = _doubled(have_rows, rows), _doubled(have_columns, columns)
+        self._cache = [_resized(buffer, rows, columns, have_rows) for buffer in self._cache]
 
     def _refuse_cancelled(self, job: Job) -> bool:
         if job.cancelled():
@@ -481,6 +470,19 @@ def length_groups(lengths: list[int], call_cost: int) -> list[list[int]]:
         groups.append(order[start_of[end] : end])
         end = start_of[end]
     return groups[::-1]
+
+
+def _doubled(have: int, need: int) -> int:
+    """A buffer's new size along one axis: as it is while `need` fits, else at least twice as large."""
+    return have if need <= have else max(need, 2 * have)
+
+
+def _resized(buffer: np.ndarray, rows: int, columns: int, kept_rows: int) -> np.ndarray:
+    """A zeroed [rows, H, columns, Dh] array holding buffer's first `kept_rows` rows, in the columns that fit."""
+    out = np.zeros((rows, buffer.shape[1], columns, buffer.shape[3]), buffer.dtype)
+    keep = min(columns, buffer.shape[2])
+    out[:kept_rows, :, :keep] = buffer[:kept_rows, :, :keep]
+    return out
 
 
 def _fail(jobs: list[Job], message: str) -> bool:
