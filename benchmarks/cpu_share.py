@@ -51,14 +51,17 @@ def cores_during(load: Callable[[], Any], interval_s: float = 0.1) -> tuple[Any,
     done = threading.Event()
 
     def sample() -> None:
-        while not done.wait(interval_s):
-            for pid in _pids():
-                kind = last[pid][0] if pid in last else process_kind(pid)
-                used = cpu_seconds(pid) if kind else None
-                if kind and used is not None:
-                    last[pid] = (kind, used)
+        for pid in _pids():
+            kind = last[pid][0] if pid in last else process_kind(pid)
+            used = cpu_seconds(pid) if kind else None
+            if kind and used is not None:
+                last[pid] = (kind, used)
 
-    sampler = threading.Thread(target=sample, daemon=True)
+    def sample_until_done() -> None:
+        while not done.wait(interval_s):
+            sample()
+
+    sampler = threading.Thread(target=sample_until_done, daemon=True)
     began = time.monotonic()
     sampler.start()
     try:
@@ -67,6 +70,7 @@ def cores_during(load: Callable[[], Any], interval_s: float = 0.1) -> tuple[Any,
         done.set()
         sampler.join()
     wall = time.monotonic() - began
+    sample()  # the end reading: the last periodic one may be up to interval_s old
     cores: dict[str, float] = {}
     for pid, (kind, used) in last.items():
         cores[kind] = cores.get(kind, 0.0) + (used - start.get(pid, 0.0)) / wall

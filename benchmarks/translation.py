@@ -397,7 +397,7 @@ def with_cores(load: Callable[[], dict[str, float]]) -> dict[str, float]:
     each model's Python stubs, and this process, whose client threads are the load. Where a served sentence's CPU
     goes is what sets the served figures against the offline ones."""
     began, own = time.monotonic(), time.process_time()
-    result, cores = cores_during(load, interval_s=1.0)  # the servers outlive the load: start and end suffice
+    result, cores = cores_during(load, interval_s=1.0)  # the servers outlive the load: few samples suffice
     cores[LOAD] = (time.process_time() - own) / (time.monotonic() - began)
     return result | {f"{CORES}{kind}": used for kind, used in cores.items()}
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import time
 
 import pytest
 
-from benchmarks import checks, data, generation, report, run, runtime, serving, threads, translation
+from benchmarks import checks, cpu_share, data, generation, report, run, runtime, serving, threads, translation
 from benchmarks.ctranslate2_baseline import read_test_sentences
 from benchmarks.onnx_variants import rope_path_nodes
 from benchmarks.profiles import REPOSITORY, SECTIONS, profile
@@ -392,3 +394,17 @@ def test_translation_bars_say_met_or_missed_with_the_numbers():
     assert "- ≥ 2× today's served translate (beam 4): **missed**, 1.50×" in markdown
     assert "- p99 at 16 clients not worse (beam 4): **missed**, engine 300 ms vs today 250 ms" in markdown
     assert "- streaming TTFT ≤ 20% of full latency at 16 clients (greedy): met" in markdown
+
+
+def test_cores_during_reads_the_cpu_used_up_to_the_end_of_the_load(monkeypatch):
+    """A load shorter than the sampling interval is still counted: the end reading is taken after the load."""
+    me = os.getpid()
+    monkeypatch.setattr(cpu_share, "process_kind", lambda pid: "this test" if pid == me else None)
+
+    def spin() -> None:
+        until = time.process_time() + 0.3
+        while time.process_time() < until:
+            pass
+
+    _, cores = cpu_share.cores_during(spin, interval_s=60.0)
+    assert cores["this test"] > 0.5
