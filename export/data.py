@@ -155,6 +155,7 @@ EXTRA_TRANSLATION_FILES = {
     "bmeld": "bmeld_zh_en.tsv",
     "microtopia": "microtopia_zh_en.tsv",
     "cedict": "cedict.tsv",  # CC-CEDICT dictionary (CC BY-SA 4.0): word and name pairs
+    "cedict_names": "cedict.tsv",  # its proper nouns only: places, countries, languages, people
 }
 WMT_FILE = "wmt_newstest_zh_en.tsv"
 _SPACE_BEFORE_PUNCTUATION = re.compile(r" +([.,!?;:%)])")
@@ -191,12 +192,15 @@ def read_parallel_tsv(path: Path) -> list[Pair]:
     return pairs
 
 
-def read_cedict(path: Path) -> list[Pair]:
-    """(simplified headword → short English gloss) pairs from CC-CEDICT, one per headword."""
+def read_cedict(path: Path, names_only: bool = False) -> list[Pair]:
+    """(simplified headword → short English gloss) pairs from CC-CEDICT, one per headword; with `names_only`,
+    the proper nouns alone (CC-CEDICT capitalizes their pinyin: 北京 "Bei3 jing1", 法语 "Fa3 yu3")."""
     pairs, seen = [], set()
     with open(path, encoding="utf-8", newline="") as f:
         for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE):
             word = (row.get("simplified") or "").strip()
+            if names_only and not (row.get("pinyin") or "")[:1].isupper():
+                continue
             gloss = dictionary_gloss(row.get("english") or "")
             if word and gloss and word not in seen:
                 seen.add(word)
@@ -217,7 +221,8 @@ def read_translation_extra(data_dir: Path, corpora: Sequence[str]) -> list[Pair]
         path = root / EXTRA_TRANSLATION_FILES[name]
         if not path.exists():
             raise FileNotFoundError(f"{path} is missing (corpus {name!r}; see {root / 'SOURCE.txt'})")
-        for pair in read_cedict(path) if name == "cedict" else read_parallel_tsv(path):
+        cedict = name.startswith("cedict")
+        for pair in read_cedict(path, name == "cedict_names") if cedict else read_parallel_tsv(path):
             key = (normalize_key(pair.source), normalize_key(pair.target).lower())
             if key not in seen and key[0] not in held_out:
                 seen.add(key)

@@ -98,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
         default="",
         help="translate: more training sets from <data-dir>/translation/extra, comma-separated: "
         "msctd (subtitles, NON-COMMERCIAL use only), aic2017, bmeld, microtopia, cedict (dictionary words "
-        "and names); dev and test stay Tatoeba's",
+        "and names), cedict_names (its proper nouns only: places, countries, languages, people); dev and test stay "
+        "Tatoeba's",
     )
     p.add_argument(
         "--main-weight",

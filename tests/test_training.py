@@ -272,6 +272,10 @@ def test_extra_corpora_are_read_cleaned_and_kept_out_of_the_test_sets(fake_data_
     pairs = read_translation_extra(fake_data_dir, ["bmeld", "cedict"])
     assert ("你一定忙得不可开交。", "You must've had your hands full.") in {(p.source, p.target) for p in pairs}
     assert ("北京", "Beijing") in {(p.source, p.target) for p in pairs}
+    # the names alone: 北京's pinyin is capitalized, 王 (king) and 个 are not names
+    assert [(p.source, p.target) for p in read_translation_extra(fake_data_dir, ["cedict_names"])] == [
+        ("北京", "Beijing")
+    ]
     assert [p.source for p in read_wmt(fake_data_dir)] == ["北京很大。"]  # zh-origin sentences only
     with pytest.raises(ValueError, match="unknown corpora \\['opus'\\]"):
         read_translation_extra(fake_data_dir, ["opus"])
