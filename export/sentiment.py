@@ -18,8 +18,9 @@ from export.tokenizer import UNK_ID, load_tokenizer, train_or_resume, train_toke
 from export.training import TrainConfig, drop_tokens, length_batches, pad_batch, train
 
 LABELS = ["negative", "positive"]  # index = class id
-# Negated reviews the integration tests check (label, text), written before the checkpoint was trained; never
-# part of the synthetic training templates, and the last ten are not built like them either.
+# Negated reviews (label, text) the checkpoints are scored on: never part of the synthetic training templates
+# (negation_examples leaves them out), and none built like them. The first twelve were written before the shipped
+# checkpoint was trained, the last ten after it, and none of those ten is a text of any of the five review sets.
 NEGATION_PROBES = [
     ("positive", "这部电影不差"),
     ("negative", "服务一点也不好"),
@@ -33,6 +34,16 @@ NEGATION_PROBES = [
     ("negative", "客服从来不回消息"),
     ("negative", "衣服的质量没有想象中好"),
     ("negative", "不是很推荐这家店"),
+    ("positive", "酒店的早餐没什么可挑剔的"),
+    ("negative", "这个价格一点都不值"),
+    ("positive", "房间虽然小但一点也不压抑"),
+    ("negative", "再也不会来这家酒店了"),
+    ("positive", "用了三个月没有任何毛病"),
+    ("negative", "电池根本撑不过一天"),
+    ("positive", "这本书让人放不下"),
+    ("negative", "前台的态度实在不敢恭维"),
+    ("positive", "孩子吃了从来没有闹过肚子"),
+    ("negative", "说是正品，可是一点也不像"),
 ]
 TOKENIZER_FILE = "tokenizer.json"
 
