@@ -56,6 +56,8 @@ SERVERS = (ENGINE_SERVER, TODAY_SERVER)
 REQUEST_TIMEOUT_S = 120.0
 CORES = "cores "  # prefix of a served point's CPU figures: "cores tritonserver", "cores stub translate", …
 LOAD = "load (this process)"  # the client threads
+# The answer lengths closed_loop reports: over all requests, and over those at or above the p99 latency.
+TAIL_WORDS = ("answer_words_p50", "slowest_answer_words_p50")
 # Bars: served engine vs CTranslate2 offline, vs today's served translate, p99 not worse, TTFT share.
 BAR_VS_CT2, BAR_VS_TODAY, BAR_P99, BAR_TTFT = 1.0, 2.0, 1.0, 0.2
 
@@ -273,11 +275,12 @@ class _Stream:
         self.client.stop_stream(cancel_requests=True)
         self.open()
 
-    def request(self, model: str, inputs: list[Any], request_id: str, timeout_s: float) -> tuple[float, float]:
-        """(time of the first response with a non-empty piece, time of the final response); a request whose
-        pieces are all empty gets the final response's time for both."""
+    def request(self, model: str, inputs: list[Any], request_id: str, timeout_s: float) -> tuple[float, float, str]:
+        """(time of the first response with a non-empty piece, time of the final response, the pieces joined); a
+        request whose pieces are all empty gets the final response's time for both."""
         self.client.async_stream_infer(model, inputs, request_id=request_id, enable_empty_final_response=True)
         first = None
+        pieces: list[str] = []
         deadline = time.perf_counter() + timeout_s
         while True:
             at, result, error = self.answers.get(timeout=max(0.0, deadline - time.perf_counter()))
@@ -287,10 +290,11 @@ class _Stream:
             if response.id != request_id:
                 continue  # a late answer to an abandoned request
             piece = result.as_numpy(OUTPUT)
-            if first is None and piece is not None and piece.size and piece.reshape(-1)[0]:
-                first = at
+            if piece is not None and piece.size and piece.reshape(-1)[0]:
+                first = at if first is None else first
+                pieces.append(piece.reshape(-1)[0].decode("utf-8"))
             if response.parameters["triton_final_response"].bool_param:
-                return (first if first is not None else at), at
+                return (first if first is not None else at), at, "".join(pieces)
 
 
 def closed_loop(
@@ -307,10 +311,11 @@ def closed_loop(
     """``clients`` threads, each with its own tritonclient gRPC client, sending one text per request and the next
     as soon as the answer is in, for ``warmup_s`` + ``seconds``; requests sent during the warm-up are not counted.
     Throughput = counted requests / seconds; latencies from send to the (final) response, and with ``stream``
-    the time to the first non-empty piece."""
+    the time to the first non-empty piece. What makes the tail: the median answer length in words over all
+    requests and over those at or above the p99 latency."""
     import tritonclient.grpc as grpcclient
 
-    records: list[tuple[float, float]] = []  # (full latency, time to first piece)
+    records: list[tuple[float, float, int]] = []  # (full latency, time to first piece, answer words)
     cycle = itertools.cycle(texts)  # shared: the texts go out in file order whatever the client count
     errors = 0
     lock = threading.Lock()
@@ -327,7 +332,7 @@ def closed_loop(
         client = grpcclient.InferenceServerClient(url)
         requests = itertools.count()
         outputs = [grpcclient.InferRequestedOutput(OUTPUT)]
-        mine: list[tuple[float, float]] = []
+        mine: list[tuple[float, float, int]] = []
         failed = 0
         try:
             try:
@@ -342,10 +347,13 @@ def closed_loop(
                 inputs = _inputs(text, beams, new_tokens)
                 try:
                     if channel is not None:
-                        first, done = channel.request(model, inputs, f"{index}-{next(requests)}", REQUEST_TIMEOUT_S)
+                        first, done, answer = channel.request(
+                            model, inputs, f"{index}-{next(requests)}", REQUEST_TIMEOUT_S
+                        )
                     else:
-                        client.infer(model, inputs, outputs=outputs, client_timeout=REQUEST_TIMEOUT_S)
+                        result = client.infer(model, inputs, outputs=outputs, client_timeout=REQUEST_TIMEOUT_S)
                         first = done = time.perf_counter()
+                        answer = result.as_numpy(OUTPUT).reshape(-1)[0].decode("utf-8")
                 except Exception:  # noqa: BLE001 - counted and reported: a benchmark must not die on one failure
                     failed += 1
                     if channel is not None:
@@ -354,7 +362,7 @@ def closed_loop(
                     time.sleep(0.01)  # no busy loop against a server that refuses everything
                     continue
                 if sent >= clock["measure_from"]:
-                    mine.append((done - sent, first - sent))
+                    mine.append((done - sent, first - sent, len(answer.split())))
         finally:
             with contextlib.suppress(Exception):
                 if stream:
@@ -375,19 +383,22 @@ def closed_loop(
             f"({errors} errors); a window shorter than one answer's latency counts nothing"
         )
     full = [r[0] for r in records]
+    p99 = percentile(full, 99)
     out = {
         "throughput": len(records) / seconds,
         "p50_ms": percentile(full, 50) * 1e3,
-        "p99_ms": percentile(full, 99) * 1e3,
+        "p99_ms": p99 * 1e3,
         "requests": len(records),
         "errors": errors,
+        "answer_words_p50": statistics.median(r[2] for r in records),
+        "slowest_answer_words_p50": statistics.median(r[2] for r in records if r[0] >= p99),
     }
     if stream:
         ttft = [r[1] for r in records]
         out |= {
             "ttft_p50_ms": percentile(ttft, 50) * 1e3,
             "ttft_p99_ms": percentile(ttft, 99) * 1e3,
-            "ttft_share_median": statistics.median(t / f for f, t in records if f > 0),
+            "ttft_share_median": statistics.median(t / f for f, t, _ in records if f > 0),
         }
     return out
 
@@ -483,6 +494,7 @@ def ratios(section: dict[str, Any]) -> list[dict[str, Any]]:
         engine, today = at_top[ENGINE_SERVER]["throughput"]["median"], at_top[TODAY_SERVER]["throughput"]["median"]
         p99_engine = at_fewest[ENGINE_SERVER]["p99_ms"]["median"]
         p99_today = at_fewest[TODAY_SERVER]["p99_ms"]["median"]
+        words = {key: at_fewest[ENGINE_SERVER][key]["median"] for key in TAIL_WORDS if key in at_fewest[ENGINE_SERVER]}
         row: dict[str, Any] = {
             "beams": beams,
             "clients": top,
@@ -496,6 +508,7 @@ def ratios(section: dict[str, Any]) -> list[dict[str, Any]]:
             "p99_engine_ms": p99_engine,
             "p99_today_ms": p99_today,
             "p99_engine_vs_today": p99_engine / p99_today,
+            **{f"p99_engine_{key}": value for key, value in words.items()},
         }
         stream = next((s for s in section.get("streaming", []) if s["beams"] == beams), None)
         if stream is not None:
@@ -535,6 +548,16 @@ def bars(section: dict[str, Any]) -> list[dict[str, Any]]:
 # -- the report -----------------------------------------------------------------------------------------------
 
 
+def _tail_words(row: dict[str, Any]) -> str:
+    """What the engine's slowest requests were: their answers' median length against all answers'."""
+    if "p99_engine_slowest_answer_words_p50" not in row:
+        return ""
+    return (
+        f"; the engine's requests at or above its p99 had answers of {row['p99_engine_slowest_answer_words_p50']:.0f}"
+        f" words (median), against {row['p99_engine_answer_words_p50']:.0f} over all"
+    )
+
+
 def _bar_lines(section: dict[str, Any]) -> list[str]:
     lines = []
     for r in section["ratios"]:
@@ -553,7 +576,7 @@ def _bar_lines(section: dict[str, Any]) -> list[str]:
             f"{r['today_served_sentences_per_s']:.1f} sentences/s at {r['clients']} clients)",
             f"- p99 at {r['p99_clients']} clients not worse ({label}): "
             f"{mark(r['p99_engine_vs_today'] <= BAR_P99)}, engine {r['p99_engine_ms']:.0f} ms vs today "
-            f"{r['p99_today_ms']:.0f} ms ({r['p99_engine_vs_today']:.2f}×)",
+            f"{r['p99_today_ms']:.0f} ms ({r['p99_engine_vs_today']:.2f}×){_tail_words(r)}",
         ]
         if "ttft_vs_full" in r:
             lines.append(

@@ -128,6 +128,7 @@ def test_smoke_run_writes_results(tmp_path, fake_data_dir):
         engine = point["servers"][translation.ENGINE_SERVER]
         assert engine[f"{translation.CORES}stub translate"]["median"] > 0
         assert engine[f"{translation.CORES}{translation.LOAD}"]["median"] > 0
+        assert engine["answer_words_p50"]["median"] > 0  # the answers were read, not only timed
 
     markdown = (tmp_path / "smoke.md").read_text(encoding="utf-8")
     headings = ("## 1. Model runtime", "## 2. Generation", "## 3–4. Serving", "## 5. Ceiling", "## 6. Translation")
@@ -327,6 +328,8 @@ def _translation_section():
             "p99_ms": summarize([p99]),
             "requests": summarize([throughput]),
             "errors": summarize([0.0]),
+            "answer_words_p50": summarize([7.0]),
+            "slowest_answer_words_p50": summarize([p99 / 10]),
         }
 
     def point(clients, beams, engine, today):
@@ -393,6 +396,8 @@ def test_translation_bars_say_met_or_missed_with_the_numbers():
     assert "- served ≥ 1.0× CTranslate2 offline (greedy): met, 1.25×" in markdown
     assert "- ≥ 2× today's served translate (beam 4): **missed**, 1.50×" in markdown
     assert "- p99 at 16 clients not worse (beam 4): **missed**, engine 300 ms vs today 250 ms" in markdown
+    # what the engine's tail was made of, at the bar's client count
+    assert "requests at or above its p99 had answers of 30 words (median), against 7 over all" in markdown
     assert "- streaming TTFT ≤ 20% of full latency at 16 clients (greedy): met" in markdown
 
 
