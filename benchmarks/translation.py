@@ -291,7 +291,8 @@ class _Stream:
                 continue  # a late answer to an abandoned request
             piece = result.as_numpy(OUTPUT)
             if piece is not None and piece.size and piece.reshape(-1)[0]:
-                first = at if first is None else first
+                if first is None:
+                    first = at
                 pieces.append(piece.reshape(-1)[0].decode("utf-8"))
             if response.parameters["triton_final_response"].bool_param:
                 return (first if first is not None else at), at, "".join(pieces)

@@ -53,6 +53,11 @@ NAMED = [
 ]
 
 
+def meets_goal(right: int) -> bool:
+    """Whether `right` of the NAMED sentences coming out right reaches GOAL."""
+    return right >= GOAL * len(NAMED)
+
+
 def wrong_names(outputs: Sequence[str]) -> list[str]:
     """One line per output that lacks its name: "source → output (wanted pattern)"."""
     return [
@@ -80,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             wrong = wrong_names(outputs)
             right = len(NAMED) - len(wrong)
-            goal = "meets" if right >= GOAL * len(NAMED) else "misses"
+            goal = "meets" if meets_goal(right) else "misses"
             print(f"{folder} ({label}): {right}/{len(NAMED)} names right ({goal} the {GOAL:.0%} goal)")
             print("".join(f"  {line}\n" for line in wrong), end="")
     return 0
