@@ -114,6 +114,7 @@ def run(
     pretrain_minutes: float = 0.0,
     token_dropout: float = 0.0,
     negation_templates: bool = False,
+    mined_negations: bool = False,
     distill: float = 0.0,
 ) -> dict:
     """Train and evaluate; write the checkpoint folder; return the metrics."""
@@ -125,6 +126,15 @@ def run(
         synthetic = negation_examples(exclude={text for _, text in NEGATION_PROBES})
         n_synthetic = len(synthetic)
         train_rows = train_rows + synthetic
+    n_mined = 0
+    if mined_negations:  # appended after the templates: like them, they keep their own labels
+        from export import negation_mining
+
+        real = len(train_rows) - n_synthetic
+        mined = negation_mining.mine(train_rows[:real], exclude={text for _, text in NEGATION_PROBES})
+        n_mined = len(mined)
+        print(f"mined negated clauses: {n_mined} ({sum(r.label for r in mined)} positive)")
+        train_rows, n_synthetic = train_rows + mined, n_synthetic + n_mined
     print(f"sentiment: train {len(train_rows)}, dev {len(dev_rows)}, test {len(test_rows)}")
 
     tokenizer = train_or_resume(
@@ -183,7 +193,8 @@ def run(
         "task": "sentiment",
         "command": command,
         "parameters": n_params,
-        "negation_templates": n_synthetic,
+        "negation_templates": n_synthetic - n_mined,
+        "mined_negations": n_mined,
         "splits": {"train": len(train_rows), "dev": len(dev_rows), "test": len(test_rows), "seed": train_cfg.seed},
         "dev": classification_metrics(dev_rows, predict(model, ids["dev"])),
         "test": classification_metrics(test_rows, predict(model, ids["test"])),

@@ -69,6 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="sentiment: add synthetic negation reviews (不差 → positive, 一点也不好 → negative) to training",
     )
     p.add_argument(
+        "--mined-negations",
+        action="store_true",
+        help="sentiment: add negated clauses mined from the training reviews (export/negation_mining.py)",
+    )
+    p.add_argument(
         "--distill",
         type=float,
         default=0.0,
@@ -233,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
             pretrain_minutes=args.pretrain_minutes,
             token_dropout=args.token_dropout,
             negation_templates=args.negation_templates,
+            mined_negations=args.mined_negations,
             distill=args.distill,
         )
     else:

@@ -93,9 +93,10 @@ def test_pretraining_word_tokenizer_distillation_and_bf16(fake_data_dir, tmp_pat
     argv = ["sentiment", "--data-dir", str(fake_data_dir), "--out", str(out), "--state", str(tmp_path / "st.pt")]
     argv += ["--epochs", "2", "--minutes", "1", "--pretrain-minutes", "0.05", "--token-dropout", "0.1"]
     argv += ["--tokenizer", "words", "--d-model", "32", "--layers", "1", "--heads", "2", "--d-ff", "64"]
-    argv += ["--distill", "0.5", "--negation-templates", "--bf16"]
+    argv += ["--distill", "0.5", "--negation-templates", "--mined-negations", "--bf16"]
     assert train_main(argv) == 0
     metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["negation_templates"] > 0 and metrics["mined_negations"] >= 0
     assert metrics["pretraining"]["epochs"], "the masked-token stage ran"
     assert metrics["history"]["train_config"]["bf16"] is True
     teacher = metrics["teacher"]
@@ -172,6 +173,29 @@ def test_negation_templates_flip_the_polarity_word_and_skip_probes():
     assert "这家店不差" not in texts
     assert texts["这家店一点也不差"] == 1 and texts["这家店一点也不好"] == 0
     assert {r.source for r in rows} == {"negation_templates"}
+
+
+def test_negated_clauses_are_short_and_negate_once():
+    from export.negation_mining import negated_clauses
+
+    review = "质量很好，用了半年从来没出过问题！味道不错。不是不好。这款手机用了三年多一点都没有出现过任何问题呢"
+    # 不错 negates nothing, 不是不好 negates twice, and the last clause is too long
+    assert negated_clauses(review) == [("用了半年从来没出过问题", "出过问题")]
+
+
+def test_mined_clauses_are_negated_complaints_in_clearly_positive_reviews():
+    from export.negation_mining import mine
+
+    rng = random.Random(0)
+    praise, complaints = ["很好", "满意", "推荐", "喜欢"], ["出过问题", "问题很多", "失望", "很差"]
+    rows = [LabelledText("，".join(rng.sample(complaints, 2)), 0, "fake") for _ in range(200)]
+    rows += [LabelledText("，".join(rng.sample(praise, 2)), 1, "fake") for _ in range(200)]
+    rows += [LabelledText(f"{rng.choice(praise)}，用了{n}个月没出过问题", 1, "fake") for n in range(1, 9)]
+    rows += [LabelledText("很差，失望，客服说没出过问题", 0, "fake")]  # in a complaint the clause is not flipped
+    mined = mine(rows)
+    assert {(r.text, r.label) for r in mined} == {(f"用了{n}个月没出过问题", 1) for n in range(1, 9)}
+    assert {r.source for r in mined} == {"mined_negations"}
+    assert len(mine(rows, exclude={"手机用了3个月没出过问题"})) == 7  # a clause inside a probe is left out
 
 
 def test_tiny_summarize_run_with_lead_pretraining(fake_data_dir, tmp_path):
