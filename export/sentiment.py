@@ -167,7 +167,7 @@ def run(
         def mlm_loss_fn(m: nn.Module, batch: list[int]) -> torch.Tensor:
             x, mask = pad_batch([unlabeled[i] for i in batch])
             inputs, targets = mask_tokens(x, mask, model_cfg.vocab_size)
-            return F.cross_entropy(m(inputs, mask).flatten(0, 1), targets.flatten(), ignore_index=-100)
+            return m(inputs, mask, targets)
 
         print(f"pre-training the encoder (masked tokens) on {len(unlabeled)} texts for {pretrain_minutes} min")
         history_mlm = train(

@@ -136,6 +136,30 @@ def test_mask_tokens_only_touches_real_tokens():
     assert (targets[chosen] == x[chosen]).all()
 
 
+def test_masked_lm_loss_reads_the_target_positions_only():
+    import torch
+    import torch.nn.functional as F
+
+    from export.heads import MaskedLanguageModel
+    from export.model import ModelConfig
+    from export.sentiment import SentimentClassifier, mask_tokens
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=60, d_model=32, n_heads=2, n_layers=1, d_ff=64, num_labels=2, dropout=0.0)
+    mlm = MaskedLanguageModel(SentimentClassifier(cfg).encoder)
+    x = torch.randint(4, 60, (4, 12))
+    mask = torch.ones_like(x)
+    mask[:, 9:] = 0
+    inputs, targets = mask_tokens(x, mask, 60, rate=0.3)
+    # the loss over every position's logits, ignoring the others, as the head computed it before
+    logits = mlm.encoder(inputs, mask) @ mlm.encoder.embed.weight.T + mlm.bias
+    everywhere = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
+    assert torch.allclose(mlm(inputs, mask, targets), everywhere, atol=1e-5)
+    nothing = mlm(inputs, mask, torch.full_like(targets, -100))  # a batch that drew no target
+    nothing.backward()
+    assert nothing.item() == 0.0
+
+
 def test_word_dropout_spares_padding_and_the_start_token():
     import torch
 
