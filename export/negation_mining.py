@@ -46,13 +46,11 @@ def negated_clauses(text: str) -> list[tuple[str, str]]:
     return out
 
 
-def mine(rows: Sequence[LabelledText], exclude: set[str] = frozenset()) -> list[LabelledText]:
-    """Clauses of `rows` whose negator flips the teacher's reading, labelled with their review's label,
-    deduplicated. A clause inside a text of `exclude` (the probes a test scores), or holding one, is left out,
-    so that the probes measure what the model makes of a negation, not whether it has seen the phrase."""
-    from export import ngram_teacher
-
-    teacher = ngram_teacher.fit([r.text for r in rows], [r.label for r in rows])
+def mine(rows: Sequence[LabelledText], teacher, exclude: set[str] = frozenset()) -> list[LabelledText]:
+    """Clauses of `rows` whose negator flips the reading of `teacher` (export.ngram_teacher.fit on `rows`),
+    labelled with their review's label, deduplicated. A clause inside a text of `exclude` (the probes a test
+    scores), or holding one, is left out, so that the probes measure what the model makes of a negation, not
+    whether it has seen the phrase."""
     found = [(clause, rest, row) for row in rows for clause, rest in negated_clauses(row.text)]
     if not found:
         return []

@@ -121,20 +121,25 @@ def run(
     train_rows, dev_rows, test_rows = sentiment_splits(data_dir, train_cfg.seed)
     if limit:
         train_rows, dev_rows, test_rows = train_rows[:limit], dev_rows[: limit // 4], test_rows[: limit // 4]
-    n_synthetic = 0
+    reviews = train_rows  # the templates, and the mined clauses, are appended after them
+    n_templates = 0
     if negation_templates:
         synthetic = negation_examples(exclude={text for _, text in NEGATION_PROBES})
-        n_synthetic = len(synthetic)
+        n_templates = len(synthetic)
         train_rows = train_rows + synthetic
+    teacher = None
+    if distill > 0 or mined_negations:  # fitted once: the mining and the teacher's dev/test report read it
+        from export import ngram_teacher
+
+        teacher = ngram_teacher.fit([r.text for r in reviews], [r.label for r in reviews])
     n_mined = 0
     if mined_negations:  # appended after the templates: like them, they keep their own labels
         from export import negation_mining
 
-        real = len(train_rows) - n_synthetic
-        mined = negation_mining.mine(train_rows[:real], exclude={text for _, text in NEGATION_PROBES})
+        mined = negation_mining.mine(reviews, teacher, exclude={text for _, text in NEGATION_PROBES})
         n_mined = len(mined)
         print(f"mined negated clauses: {n_mined} ({sum(r.label for r in mined)} positive)")
-        train_rows, n_synthetic = train_rows + mined, n_synthetic + n_mined
+        train_rows = train_rows + mined
     print(f"sentiment: train {len(train_rows)}, dev {len(dev_rows)}, test {len(test_rows)}")
 
     tokenizer = train_or_resume(
@@ -150,10 +155,9 @@ def run(
     labels = torch.tensor([r.label for r in train_rows])
     targets = F.one_hot(labels, len(LABELS)).float()  # the labels, or mixed with the teacher's probabilities
     teacher_report: dict = {}
-    if distill > 0:  # synthetic template rows (the last n_synthetic) keep their labels
-        real = len(train_rows) - n_synthetic
-        probs, teacher_report = teacher_probabilities(train_rows[:real], dev_rows, test_rows)
-        targets[:real] = (1 - distill) * targets[:real] + distill * probs
+    if distill > 0:  # the template rows and mined clauses after the reviews keep their labels
+        probs, teacher_report = teacher_probabilities(reviews, dev_rows, test_rows, teacher)
+        targets[: len(reviews)] = (1 - distill) * targets[: len(reviews)] + distill * probs
         teacher_report["weight"] = distill
     model = SentimentClassifier(model_cfg)
     n_params = sum(p.numel() for p in model.parameters())
@@ -193,7 +197,7 @@ def run(
         "task": "sentiment",
         "command": command,
         "parameters": n_params,
-        "negation_templates": n_synthetic - n_mined,
+        "negation_templates": n_templates,
         "mined_negations": n_mined,
         "splits": {"train": len(train_rows), "dev": len(dev_rows), "test": len(test_rows), "seed": train_cfg.seed},
         "dev": classification_metrics(dev_rows, predict(model, ids["dev"])),
@@ -230,16 +234,15 @@ def probe_report(model: nn.Module, tokenizer, max_tokens: int) -> dict:
 
 
 def teacher_probabilities(
-    train_rows: list[LabelledText], dev_rows: list[LabelledText], test_rows: list[LabelledText]
+    train_rows: list[LabelledText], dev_rows: list[LabelledText], test_rows: list[LabelledText], teacher
 ) -> tuple[torch.Tensor, dict]:
     """The n-gram teacher's out-of-fold class probabilities [N, 2] for the training rows, and a report
-    of its own accuracy (out of fold on train; fitted on all of train for dev and test)."""
+    of its own accuracy (out of fold on train; for dev and test, `teacher`: ngram_teacher.fit on train_rows)."""
     from export import ngram_teacher
 
     texts, y = [r.text for r in train_rows], [r.label for r in train_rows]
     print(f"n-gram teacher: out-of-fold probabilities for {len(texts)} training texts")
     probs = torch.from_numpy(ngram_teacher.out_of_fold_probabilities(texts, y))
-    teacher = ngram_teacher.fit(texts, y)
     accuracy = {"train_out_of_fold": round(float((probs.argmax(-1) == torch.tensor(y)).float().mean()), 4)}
     for name, rows in (("dev", dev_rows), ("test", test_rows)):
         accuracy[name] = round(float((teacher.predict([r.text for r in rows]) == [r.label for r in rows]).mean()), 4)

@@ -96,7 +96,9 @@ def test_pretraining_word_tokenizer_distillation_and_bf16(fake_data_dir, tmp_pat
     argv += ["--distill", "0.5", "--negation-templates", "--mined-negations", "--bf16"]
     assert train_main(argv) == 0
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["negation_templates"] > 0 and metrics["mined_negations"] >= 0
+    reviews = len(sentiment_splits(fake_data_dir)[0])
+    assert metrics["negation_templates"] > 0
+    assert metrics["splits"]["train"] == reviews + metrics["negation_templates"] + metrics["mined_negations"]
     assert metrics["pretraining"]["epochs"], "the masked-token stage ran"
     assert metrics["history"]["train_config"]["bf16"] is True
     teacher = metrics["teacher"]
@@ -208,6 +210,7 @@ def test_negated_clauses_are_short_and_negate_once():
 
 
 def test_mined_clauses_are_negated_complaints_in_clearly_positive_reviews():
+    from export import ngram_teacher
     from export.negation_mining import mine
 
     rng = random.Random(0)
@@ -216,10 +219,11 @@ def test_mined_clauses_are_negated_complaints_in_clearly_positive_reviews():
     rows += [LabelledText("，".join(rng.sample(praise, 2)), 1, "fake") for _ in range(200)]
     rows += [LabelledText(f"{rng.choice(praise)}，用了{n}个月没出过问题", 1, "fake") for n in range(1, 9)]
     rows += [LabelledText("很差，失望，客服说没出过问题", 0, "fake")]  # in a complaint the clause is not flipped
-    mined = mine(rows)
+    teacher = ngram_teacher.fit([r.text for r in rows], [r.label for r in rows])
+    mined = mine(rows, teacher)
     assert {(r.text, r.label) for r in mined} == {(f"用了{n}个月没出过问题", 1) for n in range(1, 9)}
     assert {r.source for r in mined} == {"mined_negations"}
-    assert len(mine(rows, exclude={"手机用了3个月没出过问题"})) == 7  # a clause inside a probe is left out
+    assert len(mine(rows, teacher, exclude={"手机用了3个月没出过问题"})) == 7  # a clause inside a probe is left out
 
 
 def test_tiny_summarize_run_with_lead_pretraining(fake_data_dir, tmp_path):
