@@ -55,9 +55,9 @@ test-unit: venv  ## the tests that start no server and export nothing (under a m
 test-fast: venv $(NGC_ORT)/.installed $(PERF_ANALYZER)/.installed repository lint  ## everything but the compose stack
 	$(PY) -m pytest -q -m "not compose"
 
-train-sentiment: venv  ## train the sentiment model on all five sets into checkpoints/sentiment (~61 min, 2 cores)
+train-sentiment: venv  ## train the sentiment model on all five sets into checkpoints/sentiment (~100 min, 2 cores)
 	$(PY) -m export.train sentiment --data-dir $(DATA_DIR) --tokenizer words --vocab-size 16000 --d-model 128 \
-	  --layers 3 --heads 4 --d-ff 512 --dropout 0.2 --lr 2e-3 --epochs 10 --minutes 70 --pretrain-minutes 30 \
+	  --layers 3 --heads 4 --d-ff 512 --dropout 0.2 --lr 2e-3 --epochs 10 --minutes 100 --pretrain-minutes 60 \
 	  --token-dropout 0.1 --negation-templates --mined-negations --distill 0.8 --bf16
 
 .PHONY: ablation

@@ -4,7 +4,7 @@
 
     with Client() as client:  # gRPC on 127.0.0.1:8001; Client(protocol="http") for :8000
         client.sentiment(["这部电影不差", "太难看了"])
-        # -> [Sentiment(label='positive', score=0.98), Sentiment(label='negative', score=0.97)]
+        # -> [Sentiment(label='positive', score=0.97), Sentiment(label='negative', score=0.97)]
         client.translate("我爱你。", num_beams=4)  # -> ['I love you.']
         client.explain("translate", "我爱你。")[0].attention  # -> [layers, target, source] cross-attention
 
