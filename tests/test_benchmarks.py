@@ -129,6 +129,10 @@ def test_smoke_run_writes_results(tmp_path, fake_data_dir):
         assert engine[f"{translation.CORES}stub translate"]["median"] > 0
         assert engine[f"{translation.CORES}{translation.LOAD}"]["median"] > 0
         assert engine["answer_words_p50"]["median"] > 0  # the answers were read, not only timed
+    certain = {s["beams"]: s["certain_text"] for s in results["translation"]["streaming"]}
+    assert certain[1]["first_text_step_p50"] == 1  # greedy's first token is certain at once
+    for c in certain.values():
+        assert 0 < c["first_text_share_p50"] <= 1 and c["first_text_step_p50"] <= c["steps_p50"]
 
     markdown = (tmp_path / "smoke.md").read_text(encoding="utf-8")
     headings = ("## 1. Model runtime", "## 2. Generation", "## 3–4. Serving", "## 5. Ceiling", "## 6. Translation")
@@ -337,7 +341,10 @@ def _translation_section():
 
     def stream(beams, ttft, full):
         times = {"ttft_p50_ms": ttft, "p50_ms": full, "ttft_p99_ms": 3 * ttft, "p99_ms": 3 * full}
-        return {"clients": 16, "beams": beams, **{key: summarize([value]) for key, value in times.items()}}
+        step = max(1, beams - 1)
+        certain = {"first_text_step_p50": step, "steps_p50": 10, "first_text_share_p50": step / 10}
+        timed = {key: summarize([value]) for key, value in times.items()}
+        return {"clients": 16, "beams": beams, **timed, "certain_text": certain}
 
     rates = {1: {1: 100.0, 2: 120.0}, 4: {1: 40.0, 2: 30.0}}  # CTranslate2 fp32: best at 2 threads, then 1
     section = {
@@ -398,6 +405,10 @@ def test_translation_bars_say_met_or_missed_with_the_numbers():
     assert "- p99 at 16 clients not worse (beam 4): **missed**, engine 300 ms vs today 250 ms" in markdown
     # what the engine's tail was made of, at the bar's client count
     assert "requests at or above its p99 had answers of 30 words (median), against 7 over all" in markdown
+    # and the floor exact streaming puts under the first piece
+    floor = "the first text is certain after 3 of 10 steps (median; median share 30%), a floor under this ratio"
+    assert f"= 90%; decoded offline, {floor}" in markdown
+    assert "| 16 | beam 4 | 90 | 100 | 90% | 270 / 300 | step 3 of 10 (30%) |" in markdown
     assert "- streaming TTFT ≤ 20% of full latency at 16 clients (greedy): met" in markdown
 
 
