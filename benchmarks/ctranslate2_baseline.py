@@ -16,7 +16,8 @@ with. Nothing is retrained or approximated: `convert` maps every weight of check
 - the output projection tied to the target embedding, without bias (CTranslate2 stores it once, as an alias).
 
 Sources are tokenized as the front model does (ids[:max_tokens-1] + [EOS], an empty text read as [UNK]); the
-decoding settings are the served ones: the checkpoint's length penalty and the task's max_new_tokens default.
+decoding settings are the served ones: the checkpoint's length penalty and n-gram blocking, and the task's
+max_new_tokens default.
 
 Greedy decoding is then the same computation (float32: every Tatoeba test sentence gives the same tokens). Beam
 search is not quite: ORT's BeamSearch (early_stopping) closes a source as soon as it holds num_beams finished
@@ -193,6 +194,7 @@ class Baseline:
     tgt_tokenizer: Tokenizer
     max_tokens: int  # source tokens, eos included (config.json max_tokens)
     length_penalty: float
+    no_repeat_ngram_size: int
 
     @classmethod
     def load(cls, model_dir: Path, threads: int) -> Baseline:
@@ -209,6 +211,7 @@ class Baseline:
             load_tokenizer(model_dir / TARGET_TOKENIZER),
             int(config["max_tokens"]),
             float(config.get("length_penalty", 1.0)),
+            int(config.get("no_repeat_ngram_size", 0)),
         )
 
     def source_tokens(self, sentences: Sequence[str]) -> list[list[str]]:
@@ -233,6 +236,7 @@ class Baseline:
             list(batch),
             beam_size=beam_size,
             length_penalty=self.length_penalty,
+            no_repeat_ngram_size=self.no_repeat_ngram_size,
             max_decoding_length=max_decoding_length,
             num_hypotheses=1,
         )

@@ -61,6 +61,10 @@ class Seq2SeqTask:
     extra_tests: Callable[[Path], dict[str, list[Pair]]] = lambda data_dir: {}
 
 
+# What a checkpoint's metrics keep of the one it started from (--init): its command and epochs, and, recursively,
+# where that one started from, so that a chain of runs stays traceable to its first command.
+INHERITED_METRICS = ("command", "history", "initialized_from")
+
 TASKS = {
     "translate": Seq2SeqTask(
         "translate",
@@ -338,6 +342,7 @@ def run(
         scores["first_sentence_baseline"] = task.score([first_sentence(t) for t in texts], references)
     print({k: v for k, v in scores.items()})
 
+    inherited = {key: init_metrics[key] for key in INHERITED_METRICS if key in (init_metrics or {})}
     metrics = {
         "task": task.name,
         "command": command,
@@ -349,11 +354,7 @@ def run(
             **{name: len(pairs) for name, pairs in extra_tests.items()},
             "seed": train_cfg.seed,
         },
-        **(
-            {"initialized_from": {"checkpoint": str(init), **{k: init_metrics.get(k) for k in ("command", "history")}}}
-            if init is not None
-            else {}
-        ),
+        **({"initialized_from": {"checkpoint": str(init), **inherited}} if init is not None else {}),
         "extra_corpora": list(corpora),
         "main_weight": main_weight,
         "train_examples_per_epoch": len(train_ex),

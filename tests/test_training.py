@@ -402,6 +402,18 @@ def test_a_translate_run_can_continue_from_a_finished_checkpoint(fake_data_dir, 
     assert metrics["initialized_from"]["checkpoint"] == str(first)
     assert metrics["initialized_from"]["command"] == json.loads((first / "metrics.json").read_text())["command"]
 
+    # --epochs 0 trains nothing: the same weights re-evaluated with other decoding settings, the chain of commands kept
+    third = tmp_path / "third"
+    rest = ["--out", str(third), "--state", str(tmp_path / "c" / "st.pt"), "--init", str(second)]
+    assert train_main([*argv, *rest, "--epochs", "0", "--no-repeat-ngram", "3"]) == 0
+    rescored, config, _, _ = seq2seq.load(third)
+    assert config["no_repeat_ngram_size"] == 3
+    for name, tensor in model.state_dict().items():
+        torch.testing.assert_close(rescored.state_dict()[name], tensor)
+    chain = json.loads((third / "metrics.json").read_text())["initialized_from"]
+    assert chain["checkpoint"] == str(second) and chain["command"] == metrics["command"]
+    assert chain["initialized_from"]["command"] == metrics["initialized_from"]["command"]
+
     with pytest.raises(ValueError, match="trained on the split of --seed 13; give that seed"):
         train_main([*argv, *rest, "--seed", "7"])
     with pytest.raises(ValueError, match="holds a 'translate' checkpoint, not 'summarize'"):
