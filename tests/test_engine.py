@@ -17,6 +17,7 @@ from export import seq2seq
 from export.data import Pair
 from export.generation import Decoding as Reference
 from export.step_export import StepDecoder, export_step_graphs
+from serving.engine import search
 from serving.engine.engine import ENCODER_CALL_TOKENS, Engine, Job, Shapes, length_groups
 from serving.engine.search import Decoding
 
@@ -383,3 +384,35 @@ def test_summarizer_with_copy_pointer_and_ngram_blocking(tmp_path):
     greedy, beam = task.expected(1), task.expected(4)
     same = sum(collected.tokens(i) == (greedy if i % 2 == 0 else beam)[i] for i in range(len(jobs)))
     assert same >= 0.95 * len(jobs), f"{same}/{len(jobs)}"
+
+
+def test_ngram_blocking_reads_the_top_tokens_unless_too_many_of_them_are_blocked(translate):
+    """With n-gram blocking the engine keeps reading each row's TOP_K best tokens, blocked ones set to the lowest
+    score; a step where a row has more blocked among them than its search could spare gets all log-probabilities."""
+    engine = translate.engine()
+    n = engine.decoding.no_repeat_ngram_size
+    assert n >= 2  # the shipped translate checkpoint blocks repeated n-grams
+    prefix = [7] * (n - 1)  # the last n-1 tokens; every token that once followed them is blocked
+    followers = list(range(100, 116))
+
+    def row_with(blocked: int) -> list[int]:
+        history = [token for follower in followers[:blocked] for token in (*prefix, follower)]
+        return [engine.decoding.bos_id, *history, *prefix]
+
+    def step(blocked: int):
+        job = Job(row_with(blocked), 10, 1, lambda tokens, final: None)
+        job.sequence = search.Sequence(engine.decoding, 10, 1)
+        job.sequence.beams = [job.source]
+        engine._jobs = [job]
+        top_scores = np.arange(0.0, -16.0, -1.0, dtype=np.float32)[None, :]
+        top_ids = np.array([followers], dtype=np.int64)
+        log_probs = np.full((1, engine.vocab), -30.0, dtype=np.float32)
+        return engine._block_ngrams(top_scores.copy(), top_ids, log_probs)
+
+    scores, ids = step(blocked=2)  # a greedy row can spare 14 of its 16
+    assert ids is not None and ids[0].tolist() == followers
+    assert scores[0, :2].tolist() == [search.LOWEST] * 2 and scores[0, 2] == -2.0
+
+    scores, ids = step(blocked=15)
+    assert ids is None and scores.shape == (1, engine.vocab)  # all log-probabilities, the blocked ones lowest
+    assert (scores[0, followers[:15]] == search.LOWEST).all() and scores[0, followers[15]] == -30.0

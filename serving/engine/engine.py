@@ -40,9 +40,10 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from export.hypotheses import repeated_ngram_tokens
 from export.providers import inference_session
 from serving.engine import search
-from serving.engine.search import Decoding, best_candidates, block_repeated_ngrams
+from serving.engine.search import LOWEST, Decoding, best_candidates, block_repeated_ngrams
 
 TokenCallback = Callable[[list[int], bool], None]  # (newly stable tokens, final)
 
@@ -306,9 +307,10 @@ class Engine:
             return True
         return False
 
-    def _decode(self) -> tuple[np.ndarray, np.ndarray]:
-        """One decoder step for every row: each row's best TOP_K (log-probabilities, token ids), or with n-gram
-        blocking all its log-probabilities (and the ids 0..V-1), which the blocking must see."""
+    def _decode(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """One decoder step for every row: each row's best TOP_K (log-probabilities, token ids), n-gram blocking
+        applied (`_block_ngrams`); or, the rare step where that is not exact, all its log-probabilities (ids None:
+        column = token id)."""
         beams = [beam for job in self._jobs for beam in job.sequence.row_beams()]
         rows = len(beams)
         positions = np.array([len(beam) - 1 for beam in beams], np.int64)
@@ -327,7 +329,7 @@ class Engine:
         binding = self.decoder.io_binding()
         for name, array in feeds.items():
             binding.bind_cpu_input(name, array)
-        wanted = ["log_probs"] if self.decoding.no_repeat_ngram_size else ["top_log_probs", "top_ids"]
+        wanted = ["top_log_probs", "top_ids"] + (["log_probs"] if self.decoding.no_repeat_ngram_size else [])
         for name in wanted:
             binding.bind_output(name)
         for past, present, buffer in zip(self.past_names, self.present_names, self._cache):
@@ -336,21 +338,40 @@ class Engine:
             binding.bind_output(present, "cpu", 0, np.float32, list(cache.shape), cache.ctypes.data)
         self.decoder.run_with_iobinding(binding)
         outputs = [value.numpy() for value in binding.get_outputs()[: len(wanted)]]
+        scores, ids = outputs[0], outputs[1]
         if self.decoding.no_repeat_ngram_size:
-            self._block_ngrams(outputs[0])
-            scores, ids = outputs[0], None
-        else:
-            scores, ids = outputs
+            scores, ids = self._block_ngrams(scores, ids, outputs[2])
         self.stats.steps += 1
         self.stats.running_rows = rows
         return scores, ids
 
-    def _block_ngrams(self, log_probs: np.ndarray) -> None:
+    def _block_ngrams(
+        self, top_scores: np.ndarray, top_ids: np.ndarray, log_probs: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Tokens that would repeat an n-gram of their row's sequence get the lowest score, in place. A search of k
+        beams reads each row's 2·k best tokens, and those are among its TOP_K best as long as no more than
+        TOP_K − 2·k of them are blocked; most rows have none blocked. A step where some row has more blocked
+        returns all the log-probabilities instead (blocked there), so the result is always exact."""
+        n = self.decoding.no_repeat_ngram_size
+        top_k = top_ids.shape[1]
+        exact = True
+        row = 0
+        for job in self._jobs:
+            for sequence in job.sequence.row_beams():
+                banned = repeated_ngram_tokens(sequence, n)
+                if banned:
+                    hit = np.isin(top_ids[row], banned)
+                    top_scores[row, hit] = LOWEST
+                    exact = exact and int(hit.sum()) <= top_k - 2 * job.num_beams
+                row += 1
+        if exact:
+            return top_scores, top_ids
         start = 0
         for job in self._jobs:
             rows = slice(start, start + job.num_beams)
-            block_repeated_ngrams(log_probs[rows], job.sequence.row_beams(), self.decoding.no_repeat_ngram_size)
+            block_repeated_ngrams(log_probs[rows], job.sequence.row_beams(), n)
             start += job.num_beams
+        return log_probs, None
 
     def _dispatch(self, scores: np.ndarray, ids: np.ndarray | None) -> None:
         """Every source takes its step; finished and cancelled ones leave; the next step's rows are noted."""
