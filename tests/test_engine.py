@@ -407,7 +407,7 @@ def test_ngram_blocking_reads_the_top_tokens_unless_too_many_of_them_are_blocked
         top_scores = np.arange(0.0, -16.0, -1.0, dtype=np.float32)[None, :]
         top_ids = np.array([followers], dtype=np.int64)
         log_probs = np.full((1, engine.vocab), -30.0, dtype=np.float32)
-        return engine._block_ngrams(top_scores.copy(), top_ids, log_probs)
+        return engine._block_ngrams(top_scores.copy(), top_ids, lambda: log_probs)
 
     scores, ids = step(blocked=2)  # a greedy row can spare 14 of its 16
     assert ids is not None and ids[0].tolist() == followers

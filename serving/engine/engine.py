@@ -43,7 +43,7 @@ import onnxruntime as ort
 from export.hypotheses import repeated_ngram_tokens
 from export.providers import inference_session
 from serving.engine import search
-from serving.engine.search import LOWEST, Decoding, best_candidates, block_repeated_ngrams
+from serving.engine.search import LOWEST, Decoding, best_candidates
 
 TokenCallback = Callable[[list[int], bool], None]  # (newly stable tokens, final)
 
@@ -337,16 +337,16 @@ class Engine:
             binding.bind_cpu_input(past, cache)
             binding.bind_output(present, "cpu", 0, np.float32, list(cache.shape), cache.ctypes.data)
         self.decoder.run_with_iobinding(binding)
-        outputs = [value.numpy() for value in binding.get_outputs()[: len(wanted)]]
-        scores, ids = outputs[0], outputs[1]
-        if self.decoding.no_repeat_ngram_size:
-            scores, ids = self._block_ngrams(scores, ids, outputs[2])
+        outputs = binding.get_outputs()
+        scores, ids = outputs[0].numpy(), outputs[1].numpy()
+        if self.decoding.no_repeat_ngram_size:  # all log-probabilities copied out only if they are needed
+            scores, ids = self._block_ngrams(scores, ids, outputs[2].numpy)
         self.stats.steps += 1
         self.stats.running_rows = rows
         return scores, ids
 
     def _block_ngrams(
-        self, top_scores: np.ndarray, top_ids: np.ndarray, log_probs: np.ndarray
+        self, top_scores: np.ndarray, top_ids: np.ndarray, all_log_probs: Callable[[], np.ndarray]
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """Tokens that would repeat an n-gram of their row's sequence get the lowest score, in place. A search of k
         beams reads each row's 2·k best tokens, and those are among its TOP_K best as long as no more than
@@ -355,22 +355,22 @@ class Engine:
         n = self.decoding.no_repeat_ngram_size
         top_k = top_ids.shape[1]
         exact = True
+        blocked: list[tuple[int, list[int]]] = []  # (row, its blocked tokens)
         row = 0
         for job in self._jobs:
             for sequence in job.sequence.row_beams():
                 banned = repeated_ngram_tokens(sequence, n)
                 if banned:
+                    blocked.append((row, banned))
                     hit = np.isin(top_ids[row], banned)
                     top_scores[row, hit] = LOWEST
                     exact = exact and int(hit.sum()) <= top_k - 2 * job.num_beams
                 row += 1
         if exact:
             return top_scores, top_ids
-        start = 0
-        for job in self._jobs:
-            rows = slice(start, start + job.num_beams)
-            block_repeated_ngrams(log_probs[rows], job.sequence.row_beams(), n)
-            start += job.num_beams
+        log_probs = all_log_probs()
+        for row, banned in blocked:
+            log_probs[row, banned] = LOWEST
         return log_probs, None
 
     def _dispatch(self, scores: np.ndarray, ids: np.ndarray | None) -> None:

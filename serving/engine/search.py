@@ -16,21 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from export.hypotheses import Hypotheses, repeated_ngram_tokens
+from export.hypotheses import Hypotheses
 
 INITIAL_BEAM_SCORE = np.float32(-1e9)  # beams 1..k-1 at the first step, so the beams differ
 LOWEST = np.finfo(np.float32).min
-
-
-def block_repeated_ngrams(scores: np.ndarray, sequences: list[list[int]], n: int) -> None:
-    """In place on scores [rows, V]: tokens that would repeat an n-gram of their row's sequence get the lowest
-    float (ORT's NoRepeatNGramLogitsProcessor; n = 0 blocks nothing)."""
-    if n <= 0:
-        return
-    for row, seq in enumerate(sequences):
-        banned = repeated_ngram_tokens(seq, n)
-        if banned:
-            scores[row, banned] = LOWEST
 
 
 def best_candidates(scores: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
