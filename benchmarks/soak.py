@@ -3,7 +3,8 @@
 A soak asks whether anything drifts under load that a short test cannot see: memory that grows (a leak in the
 engine's caches or the stubs), latency that creeps up (a queue that never drains). Closed-loop gRPC clients send
 a fixed mix of the endpoints (sentiment, translate, summarize, translate_stream) with the load test's texts; every
-window reports requests/s, p50 and p99 latency, failures, and the resident memory of tritonserver and its stubs.
+window reports requests/s, p50 and p99 latency, failures, and the resident memory of tritonserver and its stubs
+(all of them, and tritonserver alone: which side grows tells where to look).
 The verdict compares the last windows with the first ones after a warm-up. Not part of `make test`.
 """
 
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from clients import Client, ClientError
 from loadtest.texts import load_texts
-from serving.embedded import EmbeddedTriton, ServerOptions, free_ports, group_rss_mb
+from serving.embedded import EmbeddedTriton, ServerOptions, free_ports, group_rss_mb, rss_mb
 
 ROOT = Path(__file__).resolve().parents[1]
 MIX = {"sentiment": 6, "translate": 3, "summarize": 1, "translate_stream": 1}
@@ -91,6 +92,7 @@ def soak(minutes: float, window_s: float, clients: int, data_dir: Path | None) -
                 "p99_ms": round(quantile(latencies, 0.99) * 1000, 1),
                 "failures": sum(not ok for *_, ok in records),
                 "rss_mb": round(group_rss_mb(server.pid), 1),
+                "server_rss_mb": round(rss_mb(server.pid), 1),
             }
             windows.append(row)
             print(json.dumps(row), flush=True)
@@ -114,6 +116,7 @@ def verdict(windows: list[dict]) -> dict:
     return {
         "p99_drift": round(median(late, "p99_ms") / median(early, "p99_ms"), 3),
         "rss_growth_mb": round(median(late, "rss_mb") - median(early, "rss_mb"), 1),
+        "server_rss_growth_mb": round(median(late, "server_rss_mb") - median(early, "server_rss_mb"), 1),
         "failures": sum(row["failures"] for row in windows),
     }
 
@@ -128,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     result = soak(args.minutes, args.window, args.clients, args.data_dir if args.data_dir.is_dir() else None)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"p99 drift {result['p99_drift']}x, memory {result['rss_growth_mb']:+.1f} MB, "
+    print(f"p99 drift {result['p99_drift']}x, memory {result['rss_growth_mb']:+.1f} MB "
+          f"(tritonserver alone {result['server_rss_growth_mb']:+.1f} MB), "
           f"{result['failures']} failures → {args.out}", file=sys.stderr)  # fmt: skip
     return 0
 

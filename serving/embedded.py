@@ -219,16 +219,18 @@ def process_group_members(pgid: int) -> list[int]:
     return members
 
 
+def rss_mb(pid: int) -> float:
+    """Resident memory of one process, MB (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), 0) / 1024
+    except OSError:
+        return 0.0
+
+
 def group_rss_mb(pgid: int) -> float:
     """Resident memory of process group ``pgid`` (the server and its Python stubs), MB."""
-    total_kb = 0
-    for pid in process_group_members(pgid):
-        try:
-            with open(f"/proc/{pid}/status") as f:
-                total_kb += next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), 0)
-        except OSError:
-            continue
-    return total_kb / 1024
+    return sum(rss_mb(pid) for pid in process_group_members(pgid))
 
 
 def _set_parent_death_signal() -> None:  # runs in the child between fork and exec
@@ -573,6 +575,7 @@ __all__: Sequence[str] = (
     "ServerOptions",
     "free_ports",
     "group_rss_mb",
+    "rss_mb",
     "port_in_use",
     "process_group_members",
 )
