@@ -406,9 +406,9 @@ def test_translation_bars_say_met_or_missed_with_the_numbers():
     # what the engine's tail was made of, at the bar's client count
     assert "requests at or above its p99 had answers of 30 words (median), against 7 over all" in markdown
     # and the floor exact streaming puts under the first piece
-    floor = "the first text is certain after 3 of 10 steps (median; median share 30%), a floor under this ratio"
-    assert f"= 90%; decoded offline, {floor}" in markdown
-    assert "| 16 | beam 4 | 90 | 100 | 90% | 270 / 300 | step 3 of 10 (30%) |" in markdown
+    floor = "the first text is certain after 3 of 10 steps (median; median share 30.0%), a floor under this ratio"
+    assert f"= 90.0%; decoded offline, {floor}" in markdown
+    assert "| 16 | beam 4 | 90 | 100 | 90.0% | 270 / 300 | step 3 of 10 (30.0%) |" in markdown
     assert "- streaming TTFT ≤ 20% of full latency at 16 clients (greedy): met" in markdown
 
 
