@@ -597,6 +597,11 @@ def bars(section: dict[str, Any]) -> list[dict[str, Any]]:
 # -- the report -----------------------------------------------------------------------------------------------
 
 
+def _percent(fraction: float) -> str:
+    """A share as the report prints it: one decimal, since the streaming bar's ratio sits near its 20%."""
+    return f"{fraction * 100:.1f}%"
+
+
 def _tail_words(row: dict[str, Any]) -> str:
     """What the engine's slowest requests were: their answers' median length against all answers'."""
     if "p99_engine_slowest_answer_words_p50" not in row:
@@ -613,7 +618,7 @@ def _certain_words(row: dict[str, Any]) -> str:
         return ""
     return (
         f"; decoded offline, the first text is certain after {row['certain_first_text_step_p50']:g} of "
-        f"{row['certain_steps_p50']:g} steps (median; median share {row['certain_first_text_share_p50'] * 100:.1f}%),"
+        f"{row['certain_steps_p50']:g} steps (median; median share {_percent(row['certain_first_text_share_p50'])}),"
         " a floor under this ratio before any serving cost"
     )
 
@@ -642,7 +647,7 @@ def _bar_lines(section: dict[str, Any]) -> list[str]:
             lines.append(
                 f"- streaming TTFT ≤ 20% of full latency at {r['stream_clients']} clients ({label}): "
                 f"{mark(r['ttft_vs_full'] <= BAR_TTFT)}, median TTFT {r['ttft_ms']:.0f} ms ÷ median full "
-                f"{r['full_ms']:.0f} ms = {r['ttft_vs_full'] * 100:.1f}%{_certain_words(r)}"
+                f"{r['full_ms']:.0f} ms = {_percent(r['ttft_vs_full'])}{_certain_words(r)}"
             )
     return lines
 
@@ -682,7 +687,7 @@ def markdown(section: dict[str, Any]) -> list[str]:
             beam_label(s["beams"]),
             cell(s["ttft_p50_ms"]),
             cell(s["p50_ms"]),
-            f"{s['ttft_p50_ms']['median'] / s['p50_ms']['median'] * 100:.1f}%",
+            _percent(s["ttft_p50_ms"]["median"] / s["p50_ms"]["median"]),
             f"{s['ttft_p99_ms']['median']:.0f} / {s['p99_ms']['median']:.0f}",
             _certain_cell(s),
         ]
@@ -737,8 +742,8 @@ def _certain_cell(stream: dict[str, Any]) -> str:
     certain = stream.get("certain_text")
     if certain is None:
         return ""
-    share = certain["first_text_share_p50"] * 100
-    return f"step {certain['first_text_step_p50']:g} of {certain['steps_p50']:g} ({share:.1f}%)"
+    share = _percent(certain["first_text_share_p50"])
+    return f"step {certain['first_text_step_p50']:g} of {certain['steps_p50']:g} ({share})"
 
 
 def _cpu_cells(point: dict[str, Any]) -> list[str]:
