@@ -168,6 +168,7 @@ def test_a_failed_row_ends_its_request_once_with_the_error():
     """The engine reports a row's failure: the request gets one final error, its other rows leave at the next
     step (they read as cancelled), and their later tokens send nothing more."""
     from serving.frontends.continuous import Reply
+    from serving.frontends.sentences import Document
 
     class Front:  # what Reply reads of its front model; records what would be sent
         streaming = True
@@ -179,7 +180,7 @@ def test_a_failed_row_ends_its_request_once_with_the_error():
             self.sent.append((list(pieces), final, error))
 
     front = Front()
-    reply = Reply(front, sender=object(), rows=2)
+    reply = Reply(front, sender=object(), documents=[Document((text,), ("", "")) for text in "ab"])
     assert not reply.cancelled()
     reply.fail("generation failed: out of memory")
     reply.fail("generation failed: again")

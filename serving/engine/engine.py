@@ -77,6 +77,9 @@ class Job:
     cancelled: Callable[[], bool] = lambda: False
     on_error: Callable[[str], None] | None = None
     submitted: float = field(default_factory=time.perf_counter)
+    # The jobs of one request (a document's sentences) share a group: waiting jobs are admitted one group at a
+    # time in turn, so a one-line request is not queued behind every sentence of someone's document.
+    group: object = None
     sequence: search.Sequence | None = None
     sent: int = 0  # tokens already passed to on_tokens
 
@@ -125,7 +128,7 @@ class Engine:
         self.decoding = decoding
         self.max_rows = max_rows
         self.stats = Stats()
-        self._pending: deque[Job] = deque()
+        self._pending: dict[object, deque[Job]] = {}  # per group, in the order the groups take turns
         self._wake = threading.Condition()
         self._stop = False
         self._thread: threading.Thread | None = None
@@ -142,13 +145,15 @@ class Engine:
     # -- submitting --------------------------------------------------------------------------------------------
     def submit(self, job: Job) -> None:
         with self._wake:
-            self._pending.append(job)
+            key = id(job) if job.group is None else job.group
+            self._pending.setdefault(key, deque()).append(job)
             self._wake.notify()
 
     def queued_rows(self) -> int:
-        """Rows running and waiting: what a new source queues behind."""
+        """Rows running and waiting: the engine's backlog, which the front model bounds."""
         with self._wake:
-            return sum(job.num_beams for job in (*self._jobs, *self._pending))
+            waiting = sum(job.num_beams for jobs in self._pending.values() for job in jobs)
+            return waiting + sum(job.num_beams for job in self._jobs)
 
     def busy(self) -> bool:
         """Anything running or waiting."""
@@ -217,18 +222,40 @@ class Engine:
             # wait for a quarter of it to free up (a few steps) and encode the newcomers together.
             if rows and self.max_rows - rows < self.max_rows // 4:
                 return []
-            while self._pending and rows + self._pending[0].num_beams <= self.max_rows:
-                job = self._pending.popleft()
-                rows += job.num_beams
-                admitted.append(job)
+            self._take_turns(rows, admitted)
             if not admitted and self._pending and not self._jobs:  # one source wider than max_rows
-                admitted.append(self._pending.popleft())
+                admitted.append(self._pop(next(iter(self._pending))))
         admitted = [job for job in admitted if not self._refuse_cancelled(job)]
         now = time.perf_counter()
         self.stats.queue_seconds += [now - job.submitted for job in admitted]
         for job in admitted:
             job.sequence = search.Sequence(self.decoding, job.max_new_tokens, job.num_beams)
         return admitted
+
+    def _take_turns(self, rows: int, admitted: list[Job]) -> None:
+        """Admit waiting jobs into `admitted` while they fit beside the `rows` in use, one per group in turn
+        (round robin); a group that had its turn goes to the back of the line."""
+        while self._pending:
+            took = False
+            for key in list(self._pending):
+                jobs = self._pending[key]
+                if rows + jobs[0].num_beams > self.max_rows:
+                    continue
+                job = self._pop(key)
+                rows += job.num_beams
+                admitted.append(job)
+                took = True
+                if key in self._pending:  # to the back of the line
+                    self._pending[key] = self._pending.pop(key)
+            if not took:
+                return
+
+    def _pop(self, key: object) -> Job:
+        jobs = self._pending[key]
+        job = jobs.popleft()
+        if not jobs:
+            del self._pending[key]
+        return job
 
     def _encode_into(self, sources: list[list[int]], first_row: int) -> None:
         """Encode the sources into the cross-attention rows from `first_row` on. Sources of similar length share an

@@ -202,6 +202,11 @@ class BatchTokenizer:
             mask[row, : len(seq)] = 1
         return Encoded(ids, mask, lengths, truncated)
 
+    def token_ends(self, texts: Sequence[str]) -> list[list[int]]:
+        """Per text, the character offset where each of its tokens ends (before truncation)."""
+        encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        return [[end for _, end in encoding.offsets] for encoding in encodings]
+
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         return [len(enc.ids) for enc in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
 

@@ -7,6 +7,11 @@ sender from the engine's thread: one response per request (the endpoint), or, fo
 (`<task>_stream`), a response each time some text is certain, flagged final at the end. The pieces of a stream
 concatenated equal the non-streaming answer.
 
+A task with the option `split_sentences` (translate) reads a text as a document: its sentences
+(serving/frontends/sentences.py) are rows of their own, and the answer joins theirs in the source's layout. A
+stream sends a document in order: the sentence being decoded streams as it is generated once every sentence
+before it is done.
+
 The engine's step graphs (encoder.onnx, decoder.onnx) sit in the front model's version folder
 (export/step_export.py writes them). With the Triton parameter `precision` = "int8" the front model runs their
 int8 twins instead (encoder.int8.onnx, decoder.int8.onnx: quantize_step_graphs); default fp32. A request that
@@ -28,10 +33,17 @@ from tokenizers import Tokenizer
 from export.tokenizer import EOS_ID, detokenize, settled_prefix
 from serving.engine.engine import Engine, Job, Shapes
 from serving.engine.search import Decoding
+from serving.frontends import sentences
 from serving.frontends.base import BatchTokenizer, FrontModel, InputError
+from serving.frontends.sentences import Document
 
-# Texts may wait for the running batch up to this many rows ahead of them; more is refused (bounded latency).
-MAX_QUEUED_ROWS = 512
+# Texts may wait for the running batch up to this many rows (sentences x beams) ahead of them; more is refused
+# (bounded latency). A request alone may hold at most this many rows, so it can be admitted when the engine is idle.
+MAX_QUEUED_ROWS = 1024
+# A document's limits (split modes only): over either, the request is refused with INVALID_ARGUMENT. 128 sentences
+# at the widest beam (8) is the queue bound; 10,000 characters is an article of ~300 sentences of 30 characters.
+MAX_DOCUMENT_CHARS = 10_000
+MAX_DOCUMENT_SENTENCES = 128
 CANCEL_POLL_S = 0.1
 QUEUE_FULL = "the generation queue is full; retry later"
 METRICS_PERIOD_S = 0.5
@@ -147,7 +159,16 @@ class ContinuousFront(FrontModel):
                 if self.answers_whole(settings):
                     whole.setdefault(options, []).append((sender, texts))
                     continue
-                if self.engine.queued_rows() + len(texts) * settings["num_beams"] > MAX_QUEUED_ROWS:
+                documents = self.documents(texts, settings.get("split_sentences", "0"))
+                rows = sum(len(document.pieces) for document in documents) * settings["num_beams"]
+                if rows > MAX_QUEUED_ROWS:
+                    raise InputError(
+                        f"the request's texts are {rows // settings['num_beams']:,} sentences x "
+                        f"{settings['num_beams']} beams = {rows:,} rows; the limit is {MAX_QUEUED_ROWS:,} rows "
+                        "per request (send fewer texts per request, or fewer beams)",
+                        "document_too_long",
+                    )
+                if self.engine.queued_rows() + rows > MAX_QUEUED_ROWS:
                     raise Overloaded()
             except InputError as err:
                 sender.send(self.error_response(str(err)), flags=final)
@@ -158,12 +179,14 @@ class ContinuousFront(FrontModel):
                 sender.send(self.pb.InferenceResponse(error=error), flags=final)
                 self.metrics.rejected("overloaded")
                 continue
-            batch = self.encode(self.source, texts, suffix=[EOS_ID])
+            pieces = [piece for document in documents for piece in document.pieces]
+            batch = self.encode(self.source, pieces, suffix=[EOS_ID])
+            self.metrics.sentences([len(document.pieces) for document in documents])
             accepted += len(texts)
-            reply = Reply(self, sender, len(texts))
+            reply = Reply(self, sender, documents)
             with self._live_lock:
                 self._live.add(reply)  # polled for cancellation until its final response is queued
-            for row in range(len(texts)):
+            for row in range(len(pieces)):
                 source = batch.ids[row, : batch.lengths[row]].tolist()
                 job = Job(
                     source,
@@ -172,12 +195,34 @@ class ContinuousFront(FrontModel):
                     reply.callback(row),
                     reply.cancelled,
                     reply.fail,
+                    group=reply,
                 )
                 self.engine.submit(job)
         for options, group in whole.items():
             accepted += self._answer_whole(group, dict(options))
         self.metrics.batch(accepted)
         return None
+
+    def documents(self, texts: list[str], mode: str) -> list[Document]:
+        """Each text as the pieces the model translates: its sentences, cut further where one is longer than the
+        model's window (mode "0": the text itself, truncated at the window, without the document limits)."""
+        window = self.source.max_tokens - 1  # the end-of-sequence token takes one place
+        for i, text in enumerate(texts):
+            if mode != "0" and len(text) > MAX_DOCUMENT_CHARS:
+                raise InputError(
+                    f"TEXT[{i}] has {len(text):,} characters; the limit is {MAX_DOCUMENT_CHARS:,} characters per "
+                    "text (split the document into several texts)",
+                    "document_too_long",
+                )
+        documents = [sentences.read(text, mode, window, self.source.token_ends) for text in texts]
+        for i, document in enumerate(documents):
+            if len(document.pieces) > MAX_DOCUMENT_SENTENCES:
+                raise InputError(
+                    f"TEXT[{i}] has {len(document.pieces):,} sentences; the limit is {MAX_DOCUMENT_SENTENCES} "
+                    "sentences per text (split the document into several texts)",
+                    "document_too_long",
+                )
+        return documents
 
     def answers_whole(self, settings: dict[str, Any]) -> bool:
         """Whether a request with these settings is answered whole by :meth:`whole_answer` (a subclass's other
@@ -234,14 +279,22 @@ def _coalesce(items: list[Outgoing]) -> list[tuple[Any, list[str], bool, str | N
 
 
 class Reply:
-    """The answer to one request, filled row by row from the engine's thread."""
+    """The answer to one request, filled row by row from the engine's thread. Each text is a document whose
+    pieces (sentences) are rows; a text's answer is its pieces' answers joined in the source's layout."""
 
-    def __init__(self, front: ContinuousFront, sender: Any, rows: int) -> None:
+    def __init__(self, front: ContinuousFront, sender: Any, documents: Sequence[Document]) -> None:
         self.front = front
         self.sender = sender
+        self.documents = list(documents)
+        self.text_of: list[int] = []  # per row, the text it belongs to
+        self.first_row: list[int] = []  # per text, its first row
+        for text, document in enumerate(self.documents):
+            self.first_row.append(len(self.text_of))
+            self.text_of += [text] * len(document.pieces)
+        rows = len(self.text_of)
         self.tokens: list[list[int]] = [[] for _ in range(rows)]
-        self.sent = [""] * rows  # text already streamed, per row
-        self.done = [False] * rows
+        self.answers: list[str | None] = [None] * rows  # per row, its text once it is done
+        self.sent = [""] * len(self.documents)  # text already streamed, per text
         self.lock = threading.Lock()
         self.is_cancelled = False
         self.started = False  # a response was queued
@@ -260,10 +313,13 @@ class Reply:
     def fail(self, message: str) -> None:
         """A row's generation failed: the request ends with the error (once), unless it was answered already."""
         with self.lock:
-            if self.failed or all(self.done):
+            if self.failed or self.finished():
                 return
             self.failed = True
             self.front.queue_response(self, [""] * len(self.sent), True, message)
+
+    def finished(self) -> bool:
+        return all(answer is not None for answer in self.answers)
 
     def callback(self, row: int):
         def on_tokens(tokens: list[int], final: bool) -> None:
@@ -271,31 +327,42 @@ class Reply:
                 if self.failed:  # answered with the error already
                     return
                 self.tokens[row] += tokens
-                self.done[row] = self.done[row] or final
-                finished = all(self.done)
+                if final and self.answers[row] is None:
+                    self.answers[row] = detokenize(self.front.target, self.tokens[row])
+                finished = self.finished()
                 if self.is_cancelled:
                     if finished:
                         self.front.queue_response(self, [""] * len(self.sent), True)
                     return
                 if self.front.streaming:
-                    self._stream(row, finished)
+                    self._stream(self.text_of[row], finished)
                 elif finished:
-                    texts = [detokenize(self.front.target, t) for t in self.tokens]
+                    texts = [self._certain(text) for text in range(len(self.documents))]
                     self.front.metrics.generated(sum(len(t) for t in self.tokens))
                     self.front.queue_response(self, texts, True)
 
         return on_tokens
 
-    def _stream(self, row: int, finished: bool) -> None:
+    def _certain(self, text: int) -> str:
+        """What the text's answer is known to start with: the answers of its leading finished pieces in the
+        source's layout, then the settled part of the next piece's (the whole answer once every piece is done)."""
+        document = self.documents[text]
+        first = self.first_row[text]
+        done: list[str] = []
+        for row in range(first, first + len(document.pieces)):
+            answer = self.answers[row]
+            if answer is None:
+                return document.prefix(done, settled_prefix(detokenize(self.front.target, self.tokens[row])))
+            done.append(answer)
+        return document.join(done)
+
+    def _stream(self, changed: int, finished: bool) -> None:
         pieces = [""] * len(self.sent)
-        rows = range(len(self.sent)) if finished else [row]
-        for r in rows:
-            text = detokenize(self.front.target, self.tokens[r])
-            if not self.done[r]:
-                text = settled_prefix(text)
-            if text.startswith(self.sent[r]) and len(text) > len(self.sent[r]):
-                pieces[r] = text[len(self.sent[r]) :]
-                self.sent[r] = text
+        for text in range(len(self.sent)) if finished else [changed]:
+            certain = self._certain(text)
+            if certain.startswith(self.sent[text]) and len(certain) > len(self.sent[text]):
+                pieces[text] = certain[len(self.sent[text]) :]
+                self.sent[text] = certain
         if finished:
             self.front.metrics.generated(sum(len(t) for t in self.tokens))
             self.front.queue_response(self, pieces, True)

@@ -91,6 +91,21 @@ FIRST_TOKEN_SECONDS = MetricSpec(
     "Time from a text's arrival at the engine to its first generated token",
     buckets=SECONDS_BUCKETS,
 )
+# Documents: a text is read as sentences (translate) or as windows of sentences (sentiment, summarize).
+PIECES_BUCKETS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
+SENTENCES_PER_TEXT = MetricSpec(
+    PREFIX + "sentences_per_text",
+    "histogram",
+    "Pieces a text was split into before translation: its sentences, and the clauses of a sentence too long "
+    "for the model (1 with SPLIT_SENTENCES=0)",
+    buckets=PIECES_BUCKETS,
+)
+WINDOWS_PER_TEXT = MetricSpec(
+    PREFIX + "windows_per_text",
+    "histogram",
+    "Model windows (of whole sentences) a text was read in: 1 for a text that fits the model's maximum length",
+    buckets=PIECES_BUCKETS,
+)
 
 ALL_METRICS = (
     REQUESTS,
@@ -104,6 +119,8 @@ ALL_METRICS = (
     ENGINE_STEPS,
     QUEUE_SECONDS,
     FIRST_TOKEN_SECONDS,
+    SENTENCES_PER_TEXT,
+    WINDOWS_PER_TEXT,
 )
 
 # Reasons a request is rejected (label values of REJECTED); InputError.reason holds one of the first ones.
@@ -119,6 +136,7 @@ REJECT_REASONS = (
     "invalid_input",
     "internal_error",
     "overloaded",
+    "document_too_long",
 )
 
 
@@ -250,6 +268,14 @@ class FrontMetrics:
     def encoded(self, lengths: Iterable[int], truncated: Iterable[bool]) -> None:
         self._add(INPUT_TOKENS, sum(lengths))
         self._add(TRUNCATED, sum(1 for t in truncated if t))
+
+    def sentences(self, counts: Iterable[int]) -> None:
+        """Per text, the pieces it was translated as."""
+        self._observe(SENTENCES_PER_TEXT, counts)
+
+    def windows(self, counts: Iterable[int]) -> None:
+        """Per text, the model windows it was read in."""
+        self._observe(WINDOWS_PER_TEXT, counts)
 
     def generated(self, tokens: int) -> None:
         self._add(GENERATED_TOKENS, tokens)
