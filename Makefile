@@ -75,19 +75,22 @@ USERS             ?= 8
 SPAWN_RATE        ?= 0
 DURATION          ?= 30s
 MIX               ?=
+PARAGRAPHS        ?= 0.2
 PROTOCOLS         ?= grpc,http
 MAX_NEW_TOKENS    ?= 0
 NUM_BEAMS         ?= 0
+SPLIT_SENTENCES   ?=
 MAX_FAILURE_RATIO ?= 0.01
 MAX_P99_MS        ?= 10000
 RESULTS           ?= loadtest/results
 COMPOSE           ?= docker-compose
 
-loadtest: venv  ## locust against a running server (make serve); HOST USERS DURATION MIX MAX_FAILURE_RATIO MAX_P99_MS
+loadtest: venv  ## locust against a running server (make serve); HOST USERS DURATION MIX PARAGRAPHS MAX_FAILURE_RATIO MAX_P99_MS
 	$(PY) -m loadtest.run --host "$(HOST)" --grpc-host "$(GRPC_HOST)" --users $(USERS) --spawn-rate $(SPAWN_RATE) \
 	  --duration $(DURATION) $(if $(MIX),--mix "$(MIX)") --protocols "$(PROTOCOLS)" --data-dir "$(DATA_DIR)" \
-	  --max-new-tokens $(MAX_NEW_TOKENS) --num-beams $(NUM_BEAMS) \
-	  --max-failure-ratio $(MAX_FAILURE_RATIO) --max-p99-ms $(MAX_P99_MS) --results-dir "$(RESULTS)"
+	  --paragraphs $(PARAGRAPHS) --max-new-tokens $(MAX_NEW_TOKENS) --num-beams $(NUM_BEAMS) \
+	  $(if $(SPLIT_SENTENCES),--split-sentences "$(SPLIT_SENTENCES)") --max-failure-ratio $(MAX_FAILURE_RATIO) \
+	  --max-p99-ms $(MAX_P99_MS) --results-dir "$(RESULTS)"
 
 compose-config:  ## validate docker-compose.yml, its profiles and the GPU override (no engine needed)
 	$(COMPOSE) -f docker-compose.yml config --quiet

@@ -2,8 +2,9 @@
 (KServe v2 JSON).
 
 Each user picks an endpoint per request by the ``--mix`` weights and a text from the test sets
-(``--data-dir``) or the built-in list. Run it through ``make loadtest`` / ``python -m loadtest.run``, which
-sets the options and writes the report; by hand::
+(``--data-dir``) or the built-in list; for the tasks whose texts are sentences, a ``--paragraphs`` share of the
+requests sends 4-8 of them joined, named ``<endpoint> (paragraph)`` in locust's stats (loadtest/texts.py). Run it
+through ``make loadtest`` / ``python -m loadtest.run``, which sets the options and writes the report; by hand::
 
     locust -f loadtest/locustfile.py --headless -u 4 -t 30s --host http://127.0.0.1:8000 \
         --grpc-host 127.0.0.1:8001 GrpcTritonUser HttpTritonUser
@@ -14,8 +15,9 @@ row (what the text says is not checked: that is the models' business, not the lo
 
 from __future__ import annotations
 
-import random
+import json
 import time
+from collections import defaultdict
 from typing import Any
 
 import grpc.experimental.gevent as grpc_gevent
@@ -26,11 +28,24 @@ import numpy as np  # noqa: E402
 import tritonclient.grpc as grpcclient  # noqa: E402
 from locust import HttpUser, User, constant, events, task  # noqa: E402
 
-from loadtest.texts import add_option_flags, default_mix, inputs_for, load_texts, parse_mix  # noqa: E402
+from loadtest.texts import (  # noqa: E402
+    DEFAULT_PARAGRAPHS,
+    Picker,
+    Request,
+    add_option_flags,
+    default_mix,
+    inputs_for,
+    load_texts,
+    paragraph_endpoints,
+    parse_mix,
+    parse_paragraphs,
+)
 from loadtest.texts import options as task_options  # noqa: E402
 from tasks.definition import registry  # noqa: E402
 
 SETTINGS: dict[str, Any] = {}
+SENT: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])  # (type, name) -> [requests, sentences]
+SENTENCES_SUFFIX = "_sentences.json"  # beside locust's CSV files: sentences per request name (loadtest/report.py)
 
 
 def output_of(endpoint: str) -> str:
@@ -44,6 +59,12 @@ def _add_arguments(parser: Any) -> None:
     group.add_argument("--grpc-host", default="127.0.0.1:8001", help="Triton gRPC address host:port")
     group.add_argument("--mix", default=default_mix(), help="endpoint weights")
     group.add_argument("--data-dir", default="", help="data directory with the test sets (else built-in texts)")
+    group.add_argument(
+        "--paragraphs",
+        type=parse_paragraphs,
+        default=DEFAULT_PARAGRAPHS,
+        help=f"share of {', '.join(paragraph_endpoints())} requests that send 4-8 sentences joined (0: none)",
+    )
     add_option_flags(group)
     group.add_argument("--request-timeout", type=float, default=60.0, help="seconds per request")
 
@@ -56,9 +77,7 @@ def _configure(environment: Any, **_: Any) -> None:
     texts, sources = load_texts(options.data_dir or None)
     weights = parse_mix(options.mix)
     SETTINGS.update(
-        texts=texts,
-        endpoints=[e for e, w in weights.items() if w > 0],
-        weights=[w for w in weights.values() if w > 0],
+        picker=Picker(texts, weights, options.paragraphs),
         grpc_host=options.grpc_host,
         option_values={keyword: getattr(options, keyword) for keyword in task_options()},
         timeout=options.request_timeout,
@@ -67,9 +86,23 @@ def _configure(environment: Any, **_: Any) -> None:
         print(f"loadtest: {endpoint} texts from {source} ({len(texts[endpoint])})", flush=True)
 
 
-def _pick() -> tuple[str, str]:
-    endpoint = random.choices(SETTINGS["endpoints"], SETTINGS["weights"])[0]
-    return endpoint, random.choice(SETTINGS["texts"][endpoint])
+@events.quitting.add_listener
+def _write_sentences(environment: Any, **_: Any) -> None:
+    """Sentences per request name, beside the CSV files: the report shows how long the paragraphs were."""
+    options = environment.parsed_options
+    if options is None or not options.csv_prefix or not SENT:
+        return
+    rows = [{"type": t, "name": n, "requests": r, "sentences": s} for (t, n), (r, s) in sorted(SENT.items())]
+    with open(options.csv_prefix + SENTENCES_SUFFIX, "w") as f:
+        json.dump(rows, f, indent=1)
+
+
+def _pick(request_type: str) -> Request:
+    request = SETTINGS["picker"].pick()
+    tally = SENT[(request_type, request.name)]
+    tally[0] += 1
+    tally[1] += request.sentences
+    return request
 
 
 def _options(endpoint: str) -> dict[str, int | str]:
@@ -94,7 +127,8 @@ class GrpcTritonUser(User):
 
     @task
     def infer(self) -> None:
-        endpoint, text = _pick()
+        request = _pick("grpc")
+        endpoint, text = request.endpoint, request.text
         inputs = [grpcclient.InferInput("TEXT", [1, 1], "BYTES")]
         inputs[0].set_data_from_numpy(np.array([[text.encode("utf-8")]], dtype=np.object_))
         for name, value in _options(endpoint).items():
@@ -118,7 +152,7 @@ class GrpcTritonUser(User):
             exception = err
         events.request.fire(
             request_type="grpc",
-            name=endpoint,
+            name=request.name,
             response_time=(time.perf_counter() - start) * 1000,
             response_length=length,
             exception=exception,
@@ -133,7 +167,8 @@ class HttpTritonUser(HttpUser):
 
     @task
     def infer(self) -> None:
-        endpoint, text = _pick()
+        request = _pick("POST")
+        endpoint, text = request.endpoint, request.text
         inputs = [{"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", "data": [text]}]
         inputs += [
             {"name": name, "shape": [1, 1], "datatype": _datatype(value), "data": [value]}
@@ -142,7 +177,7 @@ class HttpTritonUser(HttpUser):
         with self.client.post(
             f"/v2/models/{endpoint}/infer",
             json={"inputs": inputs},
-            name=endpoint,
+            name=request.name,
             timeout=SETTINGS["timeout"],
             catch_response=True,
         ) as response:

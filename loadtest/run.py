@@ -1,8 +1,9 @@
 """``python -m loadtest.run`` (what ``make loadtest`` calls): locust headless for a bounded time, then the report.
 
 Writes into ``<results-dir>/<timestamp>/``: ``locust_stats.csv``, ``locust_stats_history.csv``,
-``locust_failures.csv``, ``locust_exceptions.csv``, ``report.html`` (locust's), ``plot.png`` (throughput and
-p50/p95/p99 over time), ``summary.txt`` / ``summary.json`` and ``locust.log``. Prints the summary table and
+``locust_failures.csv``, ``locust_exceptions.csv``, ``locust_sentences.json`` (sentences per request name),
+``report.html`` (locust's), ``plot.png`` (throughput and p50/p95/p99 over time, and each request name's p50 when
+paragraphs are sent), ``summary.txt`` / ``summary.json`` and ``locust.log``. Prints the summary table and
 exits 0 when the failure ratio and the p99 are within the limits, 1 when not, 2 when locust itself failed.
 The server must already run (``make serve``, or ``docker compose up``).
 """
@@ -19,7 +20,16 @@ from datetime import datetime
 from pathlib import Path
 
 from loadtest.report import write_report
-from loadtest.texts import add_option_flags, default_mix, option_flag, options, parse_mix
+from loadtest.texts import (
+    DEFAULT_PARAGRAPHS,
+    add_option_flags,
+    default_mix,
+    option_flag,
+    options,
+    paragraph_endpoints,
+    parse_mix,
+    parse_paragraphs,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
@@ -38,6 +48,13 @@ def parse_duration(text: str) -> int:
     return seconds
 
 
+def _share(text: str) -> float:
+    try:
+        return parse_paragraphs(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m loadtest.run", description=__doc__.split("\n\n")[0])
     p.add_argument("--host", default="http://127.0.0.1:8000", help="Triton HTTP URL (default: %(default)s)")
@@ -46,6 +63,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spawn-rate", type=float, default=0, help="users started per second (default: all at once)")
     p.add_argument("--duration", type=parse_duration, default="30s", help="run time, e.g. 30s, 2m")
     p.add_argument("--mix", default=default_mix(), help="endpoint weights (default: %(default)s)")
+    p.add_argument(
+        "--paragraphs",
+        type=_share,
+        default=DEFAULT_PARAGRAPHS,
+        help=f"share of the {', '.join(paragraph_endpoints())} requests that send a paragraph of 4-8 test sentences"
+        " joined, reported as '<endpoint> (paragraph)'; 0: single texts only (default: %(default)s)",
+    )
     p.add_argument("--protocols", default="grpc,http", help="grpc, http or both (users split evenly)")
     p.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"), help="test sets (else built-in)")
     add_option_flags(p)
@@ -100,6 +124,8 @@ def locust_command(args: argparse.Namespace, out_dir: Path) -> list[str]:
         args.mix,
         "--data-dir",
         args.data_dir,
+        "--paragraphs",
+        str(args.paragraphs),
         # only the options that were set: "" is no string option's choice, and locust's own default is "unset"
         *(
             arg

@@ -3,11 +3,19 @@
 Both come from each task's definition (``[loadtest]`` in ``tasks/<name>.toml``): ``file`` under ``--data-dir``
 (a CSV read by header name, or a TSV read by column index) and ``texts``, the fallback. The default mix weighs
 the tasks by their ``weight``.
+
+Paragraphs: for a task whose ``[loadtest]`` says ``paragraphs = true`` (its texts are sentences: translate's Tatoeba
+sentences, sentiment's short reviews), a share of its requests (``--paragraphs``, default 0.2: one in five) sends
+4-8 consecutive texts of its list joined as Chinese is written, with no space between them (a text that does not
+end with end punctuation gets a "。"). Such a request is named ``<endpoint> (paragraph)`` so that locust's stats,
+and the report, keep its latency apart from single sentences. ``--paragraphs 0`` sends single texts only.
 """
 
 from __future__ import annotations
 
 import csv
+import random
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -91,3 +99,76 @@ def parse_mix(mix: str) -> dict[str, float]:
     if not any(weights.values()):
         raise ValueError(f"mix {mix!r} gives every endpoint weight 0")
     return weights
+
+
+DEFAULT_PARAGRAPHS = 0.2  # share of a paragraph task's requests that send a paragraph: one in five
+PARAGRAPH_SENTENCES = (4, 8)  # sentences a paragraph joins, both ends included
+PARAGRAPH_SUFFIX = " (paragraph)"  # appended to the endpoint to name a paragraph request in locust's stats
+END_PUNCTUATION = "。！？!?…"
+CLOSING = "”’」』）)\"'"
+
+
+def paragraph_endpoints() -> list[str]:
+    """The tasks whose load-test texts are sentences (``paragraphs = true`` in their ``[loadtest]``)."""
+    return [name for name, spec in endpoints().items() if spec.paragraphs]
+
+
+def parse_paragraphs(value: str | float) -> float:
+    """The paragraph share, a number in [0, 1] (also an argparse type)."""
+    try:
+        share = float(value)
+    except ValueError:
+        raise ValueError(f"paragraphs must be a number between 0 and 1, got {value!r}") from None
+    if not 0 <= share <= 1:
+        raise ValueError(f"paragraphs must be between 0 and 1, got {value!r}")
+    return share
+
+
+def join_sentences(sentences: list[str]) -> str:
+    """Chinese sentences joined as written: no space between them; one without end punctuation gets a "。"."""
+    return "".join(s if s.rstrip(CLOSING)[-1:] in END_PUNCTUATION else s + "。" for s in sentences)
+
+
+def paragraph_name(endpoint: str) -> str:
+    return endpoint + PARAGRAPH_SUFFIX
+
+
+def split_name(name: str) -> tuple[str, bool]:
+    """A request name → (endpoint, whether it is a paragraph request)."""
+    if name.endswith(PARAGRAPH_SUFFIX):
+        return name[: -len(PARAGRAPH_SUFFIX)], True
+    return name, False
+
+
+@dataclass(frozen=True)
+class Request:
+    endpoint: str
+    name: str  # the name locust's stats keep it under: the endpoint, or "<endpoint> (paragraph)"
+    text: str
+    sentences: int  # texts of the list it joins: 1 for a single text
+
+
+class Picker:
+    """Draws requests: an endpoint by the mix weights, then a single text of its list or, for a paragraph task with
+    probability `paragraphs`, 4-8 consecutive texts of its list joined (after its last text comes its first). The
+    same `seed` draws the same requests."""
+
+    def __init__(
+        self, texts: dict[str, list[str]], weights: dict[str, float], paragraphs: float, seed: int | None = None
+    ):
+        self.texts = texts
+        self.endpoints = [e for e, w in weights.items() if w > 0]
+        self.weights = [w for w in weights.values() if w > 0]
+        self.paragraphs = parse_paragraphs(paragraphs)
+        self.joinable = set(paragraph_endpoints())
+        self.rng = random.Random(seed)
+
+    def pick(self) -> Request:
+        endpoint = self.rng.choices(self.endpoints, self.weights)[0]
+        texts = self.texts[endpoint]
+        if endpoint in self.joinable and self.paragraphs and self.rng.random() < self.paragraphs:
+            n = self.rng.randint(*PARAGRAPH_SENTENCES)
+            start = self.rng.randrange(len(texts))  # the list read as a ring: a short built-in list wraps around
+            sentences = [texts[(start + k) % len(texts)] for k in range(n)]
+            return Request(endpoint, paragraph_name(endpoint), join_sentences(sentences), n)
+        return Request(endpoint, endpoint, self.rng.choice(texts), 1)

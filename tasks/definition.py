@@ -114,6 +114,7 @@ class LoadTexts:
     file: str = ""
     column: str | int = 0  # a CSV header name, or a TSV column index
     header: bool = False
+    paragraphs: bool = False  # its texts are sentences: the load test also sends 4-8 of them joined, as a paragraph
 
 
 @dataclass(frozen=True, eq=False)  # compared and hashed by identity: the registry holds one object per definition
@@ -347,7 +348,7 @@ def _precision(r: _Reader) -> str:
 
 
 def _loadtest(r: _Reader) -> LoadTexts:
-    r.check_known("weight", "texts", "file", "column", "header")
+    r.check_known("weight", "texts", "file", "column", "header", "paragraphs")
     texts = r.get("texts", list)
     if not texts or not all(isinstance(t, str) and t.strip() for t in texts):
         raise r.fail("texts", "must list at least one non-empty text (the load test's fallback)")
@@ -357,6 +358,7 @@ def _loadtest(r: _Reader) -> LoadTexts:
         file=r.get("file", str, ""),
         column=r.get("column", (str, int), 0),
         header=r.get("header", bool, False),
+        paragraphs=r.get("paragraphs", bool, False),
     )
 
 

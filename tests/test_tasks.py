@@ -47,7 +47,7 @@ def test_the_front_config_carries_every_option_as_an_optional_input_of_its_type(
 
     translate, wordcount = registry(())["translate"], load(wordcount_folder / "wordcount.toml")
     for task, expected in (
-        (translate, {"MAX_NEW_TOKENS": pb.TYPE_INT32, "NUM_BEAMS": pb.TYPE_INT32}),
+        (translate, {"MAX_NEW_TOKENS": pb.TYPE_INT32, "NUM_BEAMS": pb.TYPE_INT32, "SPLIT_SENTENCES": pb.TYPE_STRING}),
         (wordcount, {"SCALE": pb.TYPE_INT32, "UNIT": pb.TYPE_STRING}),  # a string option is BYTES
     ):
         text = triton_config.front_config(task, task.endpoint)
