@@ -44,6 +44,9 @@ MAX_QUEUED_ROWS = 1024
 # at the widest beam (8) is the queue bound; 10,000 characters is an article of ~300 sentences of 30 characters.
 MAX_DOCUMENT_CHARS = 10_000
 MAX_DOCUMENT_SENTENCES = 128
+# A request of more sentences than this (a document, or a batch of texts) is bulk work for the engine: it yields
+# rows to interactive requests (serving/engine/engine.py, BULK_ROWS_BESIDE_INTERACTIVE).
+INTERACTIVE_SENTENCES = 4
 CANCEL_POLL_S = 0.1
 QUEUE_FULL = "the generation queue is full; retry later"
 METRICS_PERIOD_S = 0.5
@@ -196,6 +199,7 @@ class ContinuousFront(FrontModel):
                     reply.cancelled,
                     reply.fail,
                     group=reply,
+                    bulk=len(pieces) > INTERACTIVE_SENTENCES,
                 )
                 self.engine.submit(job)
         for options, group in whole.items():
