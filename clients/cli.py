@@ -11,6 +11,7 @@ import argparse
 import functools
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, is_dataclass
@@ -34,7 +35,7 @@ EXIT_UNREACHABLE = 3
 DEFAULT_BATCH_SIZE = 8  # a safe batch for every model (the explain models take 8); the endpoints take 64
 
 EPILOG = """\
-texts: give them as arguments; "-" reads one text per non-empty line from stdin.
+texts: give them as arguments; "-" reads one text per non-empty line from stdin; --file reads a whole document.
 output: one line per text in input order; --json prints one JSON object per line instead.
 exit codes: 0 ok, 1 the server rejected a request or timed out, 2 bad command line, 3 server unreachable.
 
@@ -135,7 +136,20 @@ def build_parser() -> argparse.ArgumentParser:
             epilog=f"example:\n  {task.example}",
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        command.add_argument("texts", nargs="+", metavar="TEXT", help='text; "-" reads lines from stdin')
+        command.add_argument("texts", nargs="*", metavar="TEXT", help='text; "-" reads lines from stdin')
+        command.add_argument(
+            "--file",
+            metavar="PATH",
+            help=(
+                'a UTF-8 document ("-": stdin) answered as one text; '
+                + (
+                    "its paragraphs (blank-line separated) are sent as texts of their own and the translation "
+                    "keeps its layout"
+                    if "split_sentences" in (o.keyword for o in task.options)
+                    else "printed as one line"
+                )
+            ),
+        )
         add_option_flags(command, task.options)
         if task.stream is not None:
             command.add_argument(
@@ -159,6 +173,69 @@ def read_texts(arguments: Sequence[str], stdin: TextIO) -> list[str]:
         else:
             texts.append(argument)
     return texts
+
+
+def paragraphs(document: str) -> tuple[list[str], list[str]]:
+    """A document's paragraphs (runs of non-blank lines) and the layout around them: ``gaps[i]`` goes before
+    paragraph i, ``gaps[-1]`` after the last (len(gaps) == len(paragraphs) + 1)."""
+    parts = re.split(r"((?:[ \t]*\r?\n){2,}|^\s+|\s+$)", document)
+    found: list[str] = []
+    gaps = [""]
+    for i, part in enumerate(parts):
+        if i % 2 == 1 or not part.strip():
+            gaps[-1] += part
+        else:
+            found.append(part)
+            gaps.append("")
+    return found, gaps
+
+
+def layout(gap: str) -> str:
+    """A gap between paragraphs as the answer writes it: its line breaks, nothing else."""
+    return "\n" * gap.count("\n")
+
+
+def document_lines(client: Any, args: argparse.Namespace, document: str) -> Iterator[str]:
+    """--file: the document's answer. A task that splits sentences gets the paragraphs as texts (a request holds
+    --batch-size of them, so an article of any length stays within the per-text limits) and the answer keeps the
+    blank lines between them; with --stream each paragraph is printed as it arrives, in order."""
+    options = task_options(args.command, args)
+    if "split_sentences" not in options:
+        pairs = run_task(client, args.command, [document], options, args.batch_size)
+        yield from format_results(args.command, pairs, args.json)
+        return
+    found, gaps = paragraphs(document)
+    if not found:
+        raise ValueError("the document is empty")
+    answers = []
+    if getattr(args, "stream", False):
+        for number, paragraph in enumerate(found):
+            if number and not args.json:
+                sys.stdout.write(layout(gaps[number]))
+            pieces = []
+            for piece in client.stream(args.command, paragraph, **options):
+                pieces.append(piece)
+                if not args.json:
+                    sys.stdout.write(piece)
+                    sys.stdout.flush()
+            answers.append("".join(pieces))
+    else:
+        answers = [answer for _, answer in run_task(client, args.command, found, options, args.batch_size)]
+    answer = "".join(layout(gap) + text for gap, text in zip(gaps, answers)).lstrip("\n")
+    if args.json:
+        yield json.dumps({"text": document, endpoint(args.command).outputs[0].lower(): answer}, ensure_ascii=False)
+    elif getattr(args, "stream", False):
+        yield ""
+    else:
+        yield answer
+
+
+def read_document(path: str, stdin: TextIO) -> str:
+    """--file's document: the file's text, or stdin's for "-"."""
+    if path == "-":
+        return stdin.read()
+    with open(path, encoding="utf-8") as file:
+        return file.read()
 
 
 def task_options(task: str, args: argparse.Namespace) -> dict[str, int | str | None]:
@@ -250,15 +327,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `ropeserve` / `python -m clients`; returns the exit code (argparse exits itself)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    texts = read_texts(args.texts, sys.stdin)
+    document = getattr(args, "file", None)
+    if document is not None and args.texts:
+        parser.error("give texts or --file, not both")
+    try:
+        texts = [read_document(document, sys.stdin)] if document is not None else read_texts(args.texts, sys.stdin)
+    except OSError as error:
+        parser.error(f"cannot read --file: {error}")
     if not texts:
-        parser.error("no texts to send (stdin was empty)")
+        parser.error('no texts to send (give TEXT arguments, "-" for stdin, or --file)')
     retry = RetryPolicy(max_attempts=args.attempts)
     client = Client(args.url, args.protocol, args.timeout, retry)
     try:
-        lines = (
-            stream_lines(client, args, texts) if getattr(args, "stream", False) else output_lines(client, args, texts)
-        )
+        if document is not None:
+            lines = document_lines(client, args, texts[0])
+        elif getattr(args, "stream", False):
+            lines = stream_lines(client, args, texts)
+        else:
+            lines = output_lines(client, args, texts)
         for line in lines:
             print(line, flush=True)
     except ClientError as error:
