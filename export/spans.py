@@ -5,8 +5,9 @@ shorter, a sentence often longer. Picking the best run of clauses of up to 30 ch
 `lcsts_val.tsv` would score 36.9 character ROUGE-L, the best whole sentence 27.4, the first sentence 19.8.
 
 Training (export/extractive.py) and the summarize front model both build the scorer's input here
-(:func:`candidates`), so the scorer ranks exactly the spans it learned to rank. No torch: the front models
-import it.
+(:func:`candidates`), so the scorer ranks exactly the spans it learned to rank. A text longer than the scorer reads
+is served in windows of whole sentences (serving/frontends/windows.py), each scored on its own as
+:func:`window_candidates` builds it; training never sees those. No torch: the front models import it.
 """
 
 from __future__ import annotations
@@ -32,8 +33,12 @@ def spans(text: str, limit: int | None = None) -> list[tuple[int, int]]:
     """Every run of consecutive clauses that ends by `limit` (the end of what the model read; default the whole
     text) and is at most MAX_SPAN_CHARS long; a single longer clause is a span of its own."""
     limit = len(text) if limit is None else limit
-    pieces = [c for c in clauses(text) if c[1] <= limit] or [(0, limit)]
-    out = []
+    return runs([c for c in clauses(text) if c[1] <= limit] or [(0, limit)])
+
+
+def runs(pieces: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Every run of consecutive pieces (clauses, in order) of at most MAX_SPAN_CHARS; a longer piece alone."""
+    out: list[tuple[int, int]] = []
     for i, (start, _) in enumerate(pieces):
         for _, end in pieces[i:]:
             if out and out[-1][0] == start and end - start > MAX_SPAN_CHARS:
@@ -75,4 +80,27 @@ def candidates(text: str, ids: Sequence[int], offsets: Sequence[tuple[int, int]]
         positions=[[i + 1 for i in t] for _, t in kept],
         texts=[span_text(text, c) or text.strip() for c, _ in kept],
         truncated=len(ids) > keep,
+    )
+
+
+def window_candidates(
+    text: str, ids: Sequence[int], offsets: Sequence[tuple[int, int]], first: int, last: int
+) -> Candidates:
+    """The scorer's input for one window of a longer text: its tokens ``first``..``last - 1`` (whole sentences,
+    at most max_tokens - 2 of them: serving/frontends/windows.py) between [bos] and [eos], and the spans that lie
+    inside the window (a clause that crosses the window's edge is cut there). Like :func:`candidates` for a text
+    that starts at the window and ends with it."""
+    if not 0 <= first < last <= len(ids):
+        raise ValueError(f"window [{first}, {last}) is not inside the text's {len(ids)} tokens")
+    start, end = offsets[first][0], offsets[last - 1][1]
+    pieces = [(max(s, start), min(e, end)) for s, e in clauses(text) if s < end and e > start]
+    cut = runs(pieces or [(start, end)])
+    window_offsets = offsets[first:last]
+    kept = [(c, t) for c, t in zip(cut, span_tokens(window_offsets, cut), strict=True) if t]
+    kept = kept or [((start, end), [0])]
+    return Candidates(
+        ids=[BOS_ID, *ids[first:last], EOS_ID],
+        positions=[[i + 1 for i in t] for _, t in kept],
+        texts=[span_text(text, c) or text[start:end].strip() for c, _ in kept],
+        truncated=False,
     )

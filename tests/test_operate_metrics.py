@@ -252,13 +252,17 @@ def test_real_server_exports_the_custom_metrics(triton):
 
     assert delta("ropeserve_requests_total", "sentiment") == 2
     assert delta("ropeserve_texts_total", "sentiment") == 2
-    assert delta("ropeserve_truncated_texts_total", "sentiment") == 1
+    assert delta("ropeserve_truncated_texts_total", "sentiment") == 0  # read whole, in windows
+    assert delta("ropeserve_windows_per_text_count", "sentiment") == 2
+    assert delta("ropeserve_windows_per_text_sum", "sentiment") >= 1 + 3  # the long text: 440 tokens, 128 a window
     assert delta("ropeserve_input_tokens_total", "sentiment") >= max_tokens + 1
     assert delta("ropeserve_batch_size_count", "sentiment") == 1
     assert delta("ropeserve_batch_size_sum", "sentiment") == 2
     assert delta("ropeserve_rejected_requests_total", "sentiment", "empty_text") == 1
     assert delta("ropeserve_rejected_requests_total", "summarize", "option_out_of_range") == 1
     assert delta("ropeserve_texts_total", "translate") == 3
+    assert delta("ropeserve_sentences_per_text_sum", "translate") == 3
+    assert delta("ropeserve_truncated_texts_total", "translate") == 0
     assert 1 <= delta("ropeserve_generated_tokens_total", "translate") <= 3 * 4  # at most MAX_NEW_TOKENS per text
     assert delta("ropeserve_generated_tokens_total", "sentiment") == 0
 

@@ -4,6 +4,11 @@
 Extraction is one BLS call for all texts of a group: the scorer gives every token of [bos] + text + [eos] a score,
 a candidate span (export/spans.py, the same cut as in training) scores the mean over its tokens, and the best span
 is the answer. The streaming twin sends an extractive answer whole, in one final response.
+
+A text longer than the scorer reads (158 tokens between [bos] and [eos]) is scored in windows of whole sentences
+(serving/frontends/windows.py), each [bos] + its tokens + [eos]; a span lies inside one window, and the best span
+over all windows is the answer. A text that fits one window is scored exactly as before. The abstractive mode is not
+windowed: the generator reads the first 159 tokens.
 """
 
 from __future__ import annotations
@@ -13,12 +18,15 @@ from typing import Any
 
 import numpy as np
 
-from export.spans import candidates
+from export.spans import Candidates, candidates, window_candidates
 from serving.frontends.base import padded_width
 from serving.frontends.continuous import ContinuousFront
 from serving.frontends.generation import GenerationFront
+from serving.frontends.windows import sentence_windows
 
 EXTRACTIVE = "extractive"
+# Scorer rows per BLS call: a request's texts are at most max_batch_size (64); their windows may be many more.
+SCORER_ROWS = 64
 
 
 class SpanExtraction:
@@ -26,18 +34,56 @@ class SpanExtraction:
 
     def extract(self, texts: Sequence[str]) -> list[str]:
         encodings = self.source.tokenizer.encode_batch(list(texts), add_special_tokens=False)
-        found = [candidates(t, e.ids, e.offsets, self.source.max_tokens) for t, e in zip(texts, encodings, strict=True)]
-        self.metrics.encoded([len(c.ids) for c in found], [c.truncated for c in found])
-        ids = np.zeros((len(found), padded_width(max(len(c.ids) for c in found))), dtype=np.int64)
-        mask = np.zeros_like(ids)
-        for row, c in enumerate(found):
-            ids[row, : len(c.ids)] = c.ids
-            mask[row, : len(c.ids)] = 1
-        scores = self.bls(self.models["extractor"], {"input_ids": ids, "attention_mask": mask}, ["token_scores"])
-        token_scores = scores["token_scores"]
-        return [
-            c.texts[int(np.argmax([token_scores[row, p].mean() for p in c.positions]))] for row, c in enumerate(found)
-        ]
+        windows = [self.span_rows(t, e) for t, e in zip(texts, encodings, strict=True)]
+        found = [c for text_windows in windows for c in text_windows[0]]
+        self.metrics.encoded(
+            [sum(len(c.ids) for c in cs) for cs, _ in windows],
+            [truncated for _, truncated in windows],
+        )
+        self.metrics.windows([len(cs) for cs, _ in windows])
+        token_scores = self.score_rows(found)
+        answers: list[str] = []
+        row = 0
+        for cs, _ in windows:
+            best, best_score = "", -np.inf
+            for c in cs:
+                span_scores = [token_scores[row][p].mean() for p in c.positions]
+                k = int(np.argmax(span_scores))
+                if span_scores[k] > best_score:  # the earliest of equal scores, as argmax within a window
+                    best, best_score = c.texts[k], span_scores[k]
+                row += 1
+            answers.append(best)
+        return answers
+
+    def span_rows(self, text: str, encoding: Any) -> tuple[list[Candidates], bool]:
+        """The scorer's rows for one text (one for a text that fits, else one per window) and whether some of the
+        text was not read whole (counted as truncated)."""
+        window = self.source.max_tokens - 2  # [bos] and [eos] around the tokens
+        read = sentence_windows(text, encoding.offsets, window)
+        if len(read.bounds) == 1:  # the text fits: exactly what training built
+            found = candidates(text, encoding.ids, encoding.offsets, self.source.max_tokens)
+            return [found], found.truncated
+        return [window_candidates(text, encoding.ids, encoding.offsets, a, b) for a, b in read.bounds], read.truncated
+
+    def score_rows(self, found: Sequence[Candidates]) -> list[np.ndarray]:
+        """The scorer's token scores for each row: one BLS call for a request's worth of rows, rows sorted by
+        length into calls of SCORER_ROWS beyond that."""
+        order = list(range(len(found)))
+        if len(found) > SCORER_ROWS:
+            order.sort(key=lambda r: len(found[r].ids))
+        out: list[Any] = [None] * len(found)
+        for at in range(0, len(order), SCORER_ROWS):
+            rows = order[at : at + SCORER_ROWS]
+            ids = np.zeros((len(rows), padded_width(max(len(found[r].ids) for r in rows))), dtype=np.int64)
+            mask = np.zeros_like(ids)
+            for i, r in enumerate(rows):
+                ids[i, : len(found[r].ids)] = found[r].ids
+                mask[i, : len(found[r].ids)] = 1
+            feeds = {"input_ids": ids, "attention_mask": mask}
+            scores = self.bls(self.models["extractor"], feeds, ["token_scores"])["token_scores"]
+            for i, r in enumerate(rows):
+                out[r] = scores[i]
+        return out
 
 
 class SummarizeFront(SpanExtraction, GenerationFront):
