@@ -50,6 +50,12 @@ USES = (
         "it uses the load test's built-in sentences",
     ),
     Use(
+        "documents",
+        "translate_test",
+        "Tatoeba test sentences joined into paragraphs (file order)",
+        "it joins the load test's built-in sentences",
+    ),
+    Use(
         "serving",
         "sentiment",
         "request texts from the sentiment test split",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks import data, generation, runtime, threads, translation
+from benchmarks import data, documents, generation, runtime, threads, translation
 from benchmarks.markdown import cell, table
 
 
@@ -187,6 +187,7 @@ def markdown(results: dict[str, Any]) -> str:
         "serving": _serving,
         "ceiling": _ceiling,
         "translation": translation.markdown,
+        "documents": documents.markdown,
     }
     for key, render in sections.items():
         if results.get(key):

@@ -29,9 +29,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             "(PyTorch eager vs ORT decomposed/fused/int8), generation (eager greedy loop vs the BeamSearch op), "
             "serving (Triton with/without dynamic batching, 1 or 2 instances, via perf_analyzer and the async "
             "client; a FastAPI + PyTorch baseline), translation (the continuous-batching engine vs CTranslate2 "
-            "offline and the previous served translate; streaming time to first piece) and the machine's matmul "
-            "ceiling. Writes <out>/<name>.json, <name>.md and <name>_*.png. Needs `make repository` and "
-            "`make perf-analyzer` (make bench does both); the translation section also needs ctranslate2.",
+            "offline and the previous served translate; streaming time to first piece), documents (paragraphs "
+            "served as sentence rows vs CTranslate2 on the split sentences; fairness to single sentences) and the "
+            "machine's matmul ceiling. Writes <out>/<name>.json, <name>.md and <name>_*.png. Needs "
+            "`make repository` and `make perf-analyzer` (make bench does both); the translation and documents "
+            "sections also need ctranslate2.",
             width=100,
         ),
         epilog=data.describe(),
@@ -64,7 +66,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def run_sections(sections: list[str], prof: Any, workdir: Path) -> dict[str, Any]:
     """Each comparison in turn (imports deferred: the serving one needs no torch model until it runs)."""
-    from benchmarks import generation, runtime, serving, translation
+    from benchmarks import documents, generation, runtime, serving, translation
 
     measures = {
         "ceiling": lambda: ceiling.measure(prof),
@@ -72,6 +74,7 @@ def run_sections(sections: list[str], prof: Any, workdir: Path) -> dict[str, Any
         "generation": lambda: generation.measure(prof),
         "serving": lambda: serving.measure(prof, workdir),
         "translation": lambda: translation.measure(prof, workdir),
+        "documents": lambda: documents.measure(prof, workdir),
     }
     results: dict[str, Any] = {}
     for section in SECTIONS:
@@ -106,8 +109,10 @@ def main(argv: list[str] | None = None) -> int:
         results: dict[str, Any] = run_sections(sections, prof, Path(tmp))
     if results.get("ceiling"):
         ceiling.finish(results["ceiling"], prof, results.get("runtime"))
-    # the translation section computes its own bars (benchmarks/translation.py); listed with the others
-    results["checks"] = checks.evaluate(results) + (results.get("translation") or {}).get("bars", [])
+    # the translation and documents sections compute their own bars; listed with the others
+    results["checks"] = checks.evaluate(results) + [
+        bar for section in ("translation", "documents") for bar in (results.get(section) or {}).get("bars", [])
+    ]
     meta |= {"load_end": load_average(), "seconds": time.perf_counter() - started}
     results = {"meta": meta, **results}
     json_path = args.out / f"{name}.json"
