@@ -85,7 +85,7 @@ def test_smoke_run_writes_results(tmp_path, fake_data_dir):
     argv = ["--smoke", "--out", str(tmp_path), "--name", "smoke", "--data-dir", str(fake_data_dir)]
     assert run.main(argv) == 0
     results = json.loads((tmp_path / "smoke.json").read_text(encoding="utf-8"))
-    assert set(results) >= {"meta", "ceiling", "runtime", "generation", "serving", "translation", "checks"}
+    assert set(results) >= {"meta", "ceiling", "runtime", "generation", "serving", "translation", "documents", "checks"}
     assert len(results["meta"]["load_start"]) == 3 and len(results["meta"]["load_end"]) == 3
 
     for shape in results["runtime"]["shapes"]:
@@ -134,8 +134,24 @@ def test_smoke_run_writes_results(tmp_path, fake_data_dir):
     for c in certain.values():
         assert 0 < c["first_text_share_p50"] <= 1 and c["first_text_step_p50"] <= c["steps_p50"]
 
+    documents = results["documents"]
+    assert len(documents["bars"]) == 5 and all(c in results["checks"] for c in documents["bars"])
+    for point in documents["served"]:  # the paragraphs were split into sentences and answered
+        assert point["paragraphs"]["errors"]["median"] == 0 and point["singles"]["errors"]["median"] == 0
+        assert _finite_positive(point["paragraphs"]["sentences_per_s"]["median"])
+    assert documents["pieces_per_paragraph"] >= documents["sentences_per_paragraph"]
+    fairness = documents["fairness"]
+    assert fairness["documents"]["requests"] > 0 and fairness["loaded"]["errors"] == 0
+
     markdown = (tmp_path / "smoke.md").read_text(encoding="utf-8")
-    headings = ("## 1. Model runtime", "## 2. Generation", "## 3–4. Serving", "## 5. Ceiling", "## 6. Translation")
+    headings = (
+        "## 1. Model runtime",
+        "## 2. Generation",
+        "## 3–4. Serving",
+        "## 5. Ceiling",
+        "## 6. Translation",
+        "## 7. Documents",
+    )
     for heading in (*headings, "**Where the time goes", "**Where the CPU goes", "## Bars"):
         assert heading in markdown
     pngs = sorted(p.name for p in tmp_path.glob("*.png"))

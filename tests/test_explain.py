@@ -98,12 +98,18 @@ def test_async_client(triton):
         ("sentiment", ["好", "\x00\x01"], {}, r"TEXT\[1\] is empty, whitespace-only or holds only control characters"),
         ("translate", ["我爱你。"], {"num_beams": 9}, "NUM_BEAMS must be between 1 and 8, got 9"),
         ("translate", ["我爱你。"], {"max_new_tokens": 0}, "MAX_NEW_TOKENS must be between 1 and 96, got 0"),
+        ("translate", ["我爱你。", "你好。再见。"], {}, r"TEXT\[1\] holds 2 sentences; translate_explain explains one"),
     ],
 )
 def test_bad_input_names_the_problem(client, task, texts, options, message):
     with pytest.raises(ClientError, match=message) as caught:
         client.explain(task, texts, **options)
     assert caught.value.status in ("StatusCode.INVALID_ARGUMENT", "400")
+
+
+def test_a_paragraph_is_explained_read_whole_only_when_asked(client):
+    (explained,) = client.explain("translate", ["你好。再见。"], split_sentences="0", num_beams=1)
+    assert explained.translation == client.translate("你好。再见。", split_sentences="0", num_beams=1)[0]
 
 
 def test_sdk_refuses_options_sentiment_does_not_take(client):

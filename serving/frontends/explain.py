@@ -4,9 +4,10 @@ Same input contract and validation as `translate` / `sentiment` (the shared flow
 same answers (the same fast models produce them), plus tokens and attention matrices from the explain
 ONNX models of export/explain_export.py:
 
-translate_explain  TEXT (+ MAX_NEW_TOKENS, NUM_BEAMS) → TRANSLATION [N, 1]; SOURCE_TOKENS [N, S];
-                   TARGET_TOKENS [N, T]; ATTENTION [N, L, T, S]: per decoder layer, head-averaged
-                   cross-attention, row t = the source tokens attended to while producing target token t.
+translate_explain  TEXT (+ MAX_NEW_TOKENS, NUM_BEAMS; one sentence per text unless SPLIT_SENTENCES=0)
+                   → TRANSLATION [N, 1]; SOURCE_TOKENS [N, S]; TARGET_TOKENS [N, T]; ATTENTION [N, L, T, S]:
+                   per decoder layer, head-averaged cross-attention, row t = the source tokens attended to
+                   while producing target token t.
                    The translation comes from `translate_generator` with the request's settings (so it is
                    `translate`'s), then `translate_attention` re-reads it with teacher forcing. The target
                    tokens end with [EOS] when the model stopped by itself (not cut by MAX_NEW_TOKENS).
@@ -27,8 +28,9 @@ from typing import Any
 import numpy as np
 
 from export.tokenizer import BOS_ID, EOS_ID, PAD_ID, detokenize
-from serving.frontends.base import Encoded, to_column
+from serving.frontends.base import Encoded, InputError, to_column
 from serving.frontends.generation import GenerationFront
+from serving.frontends.sentences import split
 from serving.frontends.sentiment import SentimentFront
 
 
@@ -115,6 +117,21 @@ class TranslateExplainFront(PaddedOutputs, GenerationFront):
     def __init__(self, pb: Any, args: dict) -> None:
         super().__init__(pb, args)
         self.explainer = self.models["explainer"]
+
+    def read_request(self, request: Any) -> tuple[list[str], tuple]:
+        """As every front model, and a text `translate` would read as several sentences is refused: its attention
+        is one matrix per text read whole, which is not what `translate` answers for it."""
+        texts, options = super().read_request(request)
+        mode = dict(options).get("split_sentences", "0")
+        for i, text in enumerate(texts):
+            count = len(split(text, mode).pieces)
+            if count > 1:
+                raise InputError(
+                    f"TEXT[{i}] holds {count} sentences; translate_explain explains one sentence per text: send "
+                    "them as texts of their own, or SPLIT_SENTENCES=0 to explain the text read whole",
+                    "invalid_input",
+                )
+        return texts, options
 
     def run_group(self, texts: list[str], options: tuple) -> list[tuple]:
         batch, generated = self.generate(texts, options)
