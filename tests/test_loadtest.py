@@ -6,6 +6,7 @@ import csv
 import json
 import re
 import subprocess
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from loadtest.texts import (
     parse_mix,
     parse_paragraphs,
 )
+from serving.metrics import metric_sum, settled
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = ROOT.parent / "shared" / "data"
@@ -44,6 +46,9 @@ def make_loadtest(triton, results: Path, timeout_s: float, **variables: str) -> 
 
 
 def test_make_loadtest_writes_csv_html_plot_and_summary(triton, tmp_path):
+    truncated = partial(metric_sum, triton.metrics_url, "ropeserve_truncated_texts_total", model="translate")
+    sentences = partial(metric_sum, triton.metrics_url, "ropeserve_sentences_per_text_sum", model="translate")
+    before = settled(lambda: (truncated(), sentences()), lambda now: True)
     # PARAGRAPHS=0.5: enough paragraph requests in 10 s that each paragraph task sends some
     run = make_loadtest(
         triton, tmp_path, 120, DURATION="10s", MAX_FAILURE_RATIO="0", MAX_P99_MS="60000", PARAGRAPHS="0.5"
@@ -77,6 +82,9 @@ def test_make_loadtest_writes_csv_html_plot_and_summary(triton, tmp_path):
     assert "paragraphs: " in run.stdout and " ms single " in run.stdout
     log = (out / "locust.log").read_text()
     assert "Traceback" not in log, log[-2000:]
+    # translate read the paragraphs as sentences and cut none of them at the model's window
+    after = settled(lambda: (truncated(), sentences()), lambda now: now[1] > before[1])
+    assert after[0] == before[0] and after[1] > before[1]
     if DATA_DIR.is_dir():
         assert "sentiment texts from " + str(DATA_DIR) in log
 

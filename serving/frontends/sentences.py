@@ -128,7 +128,12 @@ def fit(document: Document, window: int, token_ends: TokenEnds) -> Document:
     (one batch call for all pieces)."""
     if window < 1:
         raise ValueError(f"window must be at least 1 token, got {window}")
-    ends = token_ends(document.pieces)
+    # A token covers at least one character, so only a piece of more than `window` characters can be too long:
+    # the tokenizer runs on those alone (a typical sentence is shorter, and the front model encodes it anyway).
+    long = [i for i, piece in enumerate(document.pieces) if len(piece) > window]
+    ends: list[list[int]] = [[]] * len(document.pieces)
+    for i, piece_ends in zip(long, token_ends([document.pieces[i] for i in long]) if long else []):
+        ends[i] = piece_ends
     if all(len(e) <= window for e in ends):
         return document
     pieces: list[str] = []
