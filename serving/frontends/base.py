@@ -26,9 +26,9 @@ from tasks.definition import TEXT_INPUT, Endpoint, Task
 from tasks.definition import load as load_task
 
 PAD_MULTIPLE = 8
-# Triton 2.51 has no request-size flag, so the front models bound the work one text can cause. A text is
-# truncated to the model's maximum length anyway (a few hundred characters); 1 MiB still lets a client send a
-# whole article, or 100,000 Chinese characters, and get the truncated answer the contract promises.
+# Triton 2.51 has no request-size flag, so the front models bound the work one text can cause: 1 MiB, a whole
+# article or 100,000 Chinese characters. Within it, sentiment and summarize read at most 32 windows of a text and
+# translate refuses a document over its own limits (serving/frontends/continuous.py).
 MAX_TEXT_BYTES = 1 << 20
 
 

@@ -1,7 +1,8 @@
 """Every kind of bad input, for every public model, over gRPC and HTTP, against the real server.
 
 Each case gets an error that names the field (INVALID_ARGUMENT / HTTP 400) or, where the contract says so, an
-answer (long texts are truncated; odd but readable text is text). Afterwards the server still answers.
+answer (long texts are read in windows or truncated, translate's up to its document limit; odd but readable
+text is text). Afterwards the server still answers.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from reliability_helpers import CLIENTS, OUTPUT, PUBLIC_MODELS, connect, infer, 
 from tritonclient.utils import InferenceServerException
 
 from serving.frontends.base import MAX_TEXT_BYTES
+from serving.frontends.continuous import MAX_DOCUMENT_CHARS
 
 # name → (texts, expected error regex or None for "answered")
 TEXT_CASES = {
@@ -31,6 +33,9 @@ TEXT_CASES = {
     "nul_and_controls_inside": (["服务\x00很好\x07，\x1b下次再来"], None),
     "mixed_scripts_and_emoji": (["Hello 世界 😀 مرحبا Привет こんにちは 🇨🇳"], None),
 }
+# translate reads a text as a document of sentences, up to its own limit (the others read a long text in windows)
+DOCUMENT_LIMIT = rf"TEXT\[0\] has [\d,]+ characters; the limit is {MAX_DOCUMENT_CHARS:,} characters per text"
+PER_MODEL = {("translate", "100k_characters"): DOCUMENT_LIMIT, ("translate", "at_the_size_limit"): DOCUMENT_LIMIT}
 
 
 @pytest.fixture(params=["grpc", "http"])
@@ -55,6 +60,7 @@ def refused(client, model: str, inputs: list) -> str:
 @pytest.mark.parametrize("case", TEXT_CASES)
 def test_text_cases(triton, protocol: str, model: str, case: str) -> None:
     texts, expected = TEXT_CASES[case]
+    expected = PER_MODEL.get((model, case), expected)
     module = CLIENTS[protocol]
     with connect(triton, protocol) as client:
         inputs = [text_input(module, texts)]
