@@ -11,7 +11,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from clients import Client
+from clients import Client, ClientError
 from serving.metrics import settled_sums
 from tasks import registry
 
@@ -141,6 +141,7 @@ def test_bad_input_names_the_field(triton, protocol, model, inputs, expected):
 
 
 def test_server_keeps_serving_after_bad_input(client):
-    with pytest.raises(Exception):  # noqa: B017 - the type depends on the protocol
+    with pytest.raises(ClientError, match="NUM_BEAMS must be between 1 and 8, got 99") as refused:
         client.translate(["好"], num_beams=99)
+    assert refused.value.status in ("StatusCode.INVALID_ARGUMENT", "400")
     assert client.translate(["我爱你。"], num_beams=1)[0]

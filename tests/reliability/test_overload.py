@@ -20,7 +20,7 @@ from tritonclient.utils import InferenceServerException
 
 from serving.embedded import group_rss_mb
 from serving.frontends.continuous import QUEUE_FULL as ENGINE_FULL
-from serving.metrics import metric_sum
+from serving.metrics import metric_values, scrape
 
 MODEL = "translate"
 TEXTS = ["我们明天去北京。", "这本书很有意思。", "他每天早上六点起床，然后去公园跑步。", "我爱你。"]
@@ -114,8 +114,9 @@ def test_four_times_capacity_is_rejected_fast_and_bounded(start_server) -> None:
     # Triton counts the requests it rejected from its queue (expired waits); a full queue is refused before the
     # request reaches the model, and Triton 2.51 does not count those (measured), so clients and the locust
     # report count them.
-    rejected = metric_sum(server.metrics_url, "nv_inference_request_failure", model=MODEL, reason="REJECTED")
-    assert rejected == len(timed_out)
+    rejected = metric_values(scrape(server.metrics_url), "nv_inference_request_failure", model=MODEL, reason="REJECTED")
+    assert rejected, "no nv_inference_request_failure{reason=REJECTED} series: the count below would read 0"
+    assert sum(rejected) == len(timed_out)
     # And afterwards it serves as before.
     with connect(server, "grpc") as client:
         assert infer(client, MODEL, [text_input(grpc_aio, ["我爱你。"])]).as_numpy("TRANSLATION").shape == (1, 1)
