@@ -616,7 +616,9 @@ def test_cli_global_flags_work_before_and_after_the_command() -> None:
 
 def test_cli_generation_flags_map_to_sdk_keywords() -> None:
     args = parse("translate", "我爱你。", "--num-beams", "2", "--max-new-tokens", "32")
-    assert cli.task_options("translate", args) == {"max_new_tokens": 32, "num_beams": 2}
+    assert cli.task_options("translate", args) == {"max_new_tokens": 32, "num_beams": 2, "split_sentences": None}
+    args = parse("translate", "我爱你。", "--split-sentences", "nonewlines")
+    assert cli.task_options("translate", args)["split_sentences"] == "nonewlines"
     assert cli.task_options("sentiment", parse("sentiment", "x")) == {}
 
 
