@@ -54,17 +54,15 @@ class Encoder:
     """The served sentiment encoder graph and tokenizer, called as the front model calls them."""
 
     def __init__(self, folder: Path, threads: int) -> None:
-        import onnxruntime as ort
         from tokenizers import Tokenizer
+
+        from serving.frontends.sentiment import in_process_session
 
         self.config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
         self.window = int(self.config["max_tokens"])
         self.labels: list[str] = self.config["labels"]
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        self.session = ort.InferenceSession(str(folder / "encoder.onnx"), options, providers=["CPUExecutionProvider"])
+        self.session = in_process_session(folder / "encoder.onnx", threads)  # the front model's own session
 
     def logits(self, rows: list[list[int]]) -> np.ndarray:
         """Logits [rows, labels]: padded and bucketed by length as serving/frontends/sentiment.py does."""
