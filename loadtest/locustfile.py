@@ -11,6 +11,15 @@ through ``make loadtest`` / ``python -m loadtest.run``, which sets the options a
 
 A request counts as failed when the server answers with an error or an answer without the expected output
 row (what the text says is not checked: that is the models' business, not the load test's).
+
+A streaming twin in the mix (``translate_stream``, ``summarize_stream``: loadtest/texts.py) is called as users call
+it: over gRPC through the SDK's ``Client.stream`` (clients/streaming.py: a bidirectional stream per answer), over HTTP
+with ``POST /v2/models/<twin>/generate_stream`` (server-sent events) through locust's own session. Its locust request
+is the whole answer (response time: until the last event); a stream that ends without a non-empty piece fails. Each
+answer's time to its first non-empty piece, its mean time between pieces and its whole time go to
+``<csv prefix>_streams.json`` beside locust's CSV files (loadtest/report.py reads it), not to locust's stats: extra
+``events.request`` entries would count each streamed request two or three times in the Aggregated row, its
+requests/s, failure ratio and p99, which the verdict reads.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import numpy as np  # noqa: E402
 import tritonclient.grpc as grpcclient  # noqa: E402
 from locust import HttpUser, User, constant, events, task  # noqa: E402
 
+from clients import Client  # noqa: E402
 from loadtest.texts import (  # noqa: E402
     DEFAULT_PARAGRAPHS,
     Picker,
@@ -35,10 +45,13 @@ from loadtest.texts import (  # noqa: E402
     add_option_flags,
     default_mix,
     inputs_for,
+    is_stream,
+    keywords_for,
     load_texts,
     paragraph_endpoints,
     parse_mix,
     parse_paragraphs,
+    task_of,
 )
 from loadtest.texts import options as task_options  # noqa: E402
 from tasks.definition import registry  # noqa: E402
@@ -46,11 +59,18 @@ from tasks.definition import registry  # noqa: E402
 SETTINGS: dict[str, Any] = {}
 SENT: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])  # (type, name) -> [requests, sentences]
 SENTENCES_SUFFIX = "_sentences.json"  # beside locust's CSV files: sentences per request name (loadtest/report.py)
+STREAMS_SUFFIX = "_streams.json"  # beside locust's CSV files: each streamed answer's timings (loadtest/report.py)
+# (type, name) -> one [end (unix s), first piece ms, mean ms between pieces (None: one piece), whole ms, pieces]
+# per successful streamed answer
+STREAMED: dict[tuple[str, str], list[list[float | None]]] = defaultdict(list)
 
 
 def output_of(endpoint: str) -> str:
-    """The output whose row a successful answer must hold (the task's first)."""
-    return registry()[endpoint].endpoint.outputs[0].name
+    """The output whose row a successful answer must hold (the task's first; a streaming twin's first)."""
+    task = registry()[task_of(endpoint)]
+    twin = task.stream if is_stream(endpoint) else task.endpoint
+    assert twin is not None
+    return twin.outputs[0].name
 
 
 @events.init_command_line_parser.add_listener
@@ -97,6 +117,54 @@ def _write_sentences(environment: Any, **_: Any) -> None:
         json.dump(rows, f, indent=1)
 
 
+@events.quitting.add_listener
+def _write_streams(environment: Any, **_: Any) -> None:
+    """Each streamed answer's timings, beside the CSV files: the report's first-piece and between-pieces columns."""
+    options = environment.parsed_options
+    if options is None or not options.csv_prefix or not STREAMED:
+        return
+    rows = [{"type": t, "name": n, "samples": samples} for (t, n), samples in sorted(STREAMED.items())]
+    with open(options.csv_prefix + STREAMS_SUFFIX, "w") as f:
+        json.dump({"fields": ["end", "first_ms", "gap_ms", "whole_ms", "pieces"], "rows": rows}, f)
+
+
+class PieceClock:
+    """Times one streamed answer from its creation: the first non-empty piece, the pieces after it, the whole."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.first: float | None = None
+        self.last = 0.0
+        self.end: float | None = None
+        self.pieces = 0
+        self.length = 0  # bytes of the answer's text
+
+    def piece(self, text: str) -> None:
+        if not text:
+            return
+        now = time.perf_counter()
+        if self.first is None:
+            self.first = now
+        self.last = now
+        self.pieces += 1
+        self.length += len(text.encode("utf-8"))
+
+    def finish(self) -> None:
+        """The answer is complete (ValueError if it held no piece: an empty answer counts as failed)."""
+        self.end = time.perf_counter()
+        if self.first is None:
+            raise ValueError("the stream ended without a non-empty piece")
+
+    def whole_ms(self) -> float:
+        return ((self.end or time.perf_counter()) - self.start) * 1000
+
+    def record(self, request_type: str, name: str) -> None:
+        assert self.first is not None and self.end is not None
+        gap = (self.last - self.first) * 1000 / (self.pieces - 1) if self.pieces > 1 else None
+        first = (self.first - self.start) * 1000
+        STREAMED[(request_type, name)].append([time.time(), first, gap, self.whole_ms(), self.pieces])
+
+
 def _pick(request_type: str) -> Request:
     request = SETTINGS["picker"].pick()
     tally = SENT[(request_type, request.name)]
@@ -121,13 +189,19 @@ class GrpcTritonUser(User):
 
     def on_start(self) -> None:
         self.client = grpcclient.InferenceServerClient(url=SETTINGS["grpc_host"])
+        self.sdk: Client | None = None  # the SDK's client, for the streaming twins (opened at the first one)
 
     def on_stop(self) -> None:
         self.client.close()  # an open channel keeps locust from exiting
+        if self.sdk is not None:
+            self.sdk.close()
 
     @task
     def infer(self) -> None:
         request = _pick("grpc")
+        if is_stream(request.endpoint):
+            self.stream(request)
+            return
         endpoint, text = request.endpoint, request.text
         inputs = [grpcclient.InferInput("TEXT", [1, 1], "BYTES")]
         inputs[0].set_data_from_numpy(np.array([[text.encode("utf-8")]], dtype=np.object_))
@@ -159,6 +233,31 @@ class GrpcTritonUser(User):
             context={},
         )
 
+    def stream(self, request: Request) -> None:
+        """A streaming twin through the SDK's ``Client.stream`` (one gRPC stream per answer, its callback feeding a
+        queue that gevent's monkey-patching makes cooperative); the request's time is the whole answer's."""
+        if self.sdk is None:
+            self.sdk = Client(SETTINGS["grpc_host"], protocol="grpc", timeout_s=SETTINGS["timeout"], retry=None)
+        options = keywords_for(request.endpoint, SETTINGS["option_values"])
+        clock = PieceClock()
+        exception: Exception | None = None
+        try:
+            for piece in self.sdk.stream(task_of(request.endpoint), request.text, **options):
+                clock.piece(piece)
+            clock.finish()
+        except Exception as err:  # noqa: BLE001 - every failure is reported to locust, none ends the user
+            exception = err
+        events.request.fire(
+            request_type="grpc",
+            name=request.name,
+            response_time=clock.whole_ms(),
+            response_length=clock.length,
+            exception=exception,
+            context={},
+        )
+        if exception is None:
+            clock.record("grpc", request.name)
+
 
 class HttpTritonUser(HttpUser):
     """HTTP with KServe v2 JSON (``POST /v2/models/<endpoint>/infer``) through locust's own client."""
@@ -168,6 +267,9 @@ class HttpTritonUser(HttpUser):
     @task
     def infer(self) -> None:
         request = _pick("POST")
+        if is_stream(request.endpoint):
+            self.stream(request)
+            return
         endpoint, text = request.endpoint, request.text
         inputs = [{"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", "data": [text]}]
         inputs += [
@@ -192,3 +294,40 @@ class HttpTritonUser(HttpUser):
                 return
             if len(rows) != 1:
                 response.failure(f"{endpoint}: expected 1 row of {output_of(endpoint)}, got {len(rows)}")
+
+    def stream(self, request: Request) -> None:
+        """A streaming twin over ``POST /v2/models/<twin>/generate_stream``: server-sent events (``data: {...}``
+        lines, one per piece) read as they come (``stream=True``); locust's response time, set here, is the whole
+        answer's (locust's own would stop at the headers)."""
+        endpoint, output = request.endpoint, output_of(request.endpoint)
+        body = {"TEXT": request.text, **_options(endpoint)}
+        clock = PieceClock()
+        with self.client.post(
+            f"/v2/models/{endpoint}/generate_stream",
+            json=body,
+            name=request.name,
+            timeout=SETTINGS["timeout"],
+            stream=True,
+            catch_response=True,
+        ) as response:
+            try:
+                if response.status_code != 200:
+                    raise ValueError(f"HTTP {response.status_code}: {response.text[:200]}")
+                for line in response.iter_lines(chunk_size=None):  # each chunk as it arrives
+                    if not line.startswith(b"data:"):
+                        continue
+                    event = json.loads(line[len(b"data:") :])
+                    if "error" in event:
+                        raise ValueError(f"{endpoint}: {event['error']}")
+                    if output not in event:
+                        raise ValueError(f"{endpoint}: a streamed event has no {output}")
+                    clock.piece(event[output])
+                clock.finish()
+            except Exception as err:  # noqa: BLE001 - a broken stream (ChunkedEncodingError, ...) fails the request
+                response.failure(str(err)[:300] or repr(err))
+            else:
+                clock.record("POST", request.name)
+            finally:
+                response.close()
+                response.request_meta["response_time"] = clock.whole_ms()
+                response.request_meta["response_length"] = clock.length

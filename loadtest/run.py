@@ -2,8 +2,10 @@
 
 Writes into ``<results-dir>/<timestamp>/``: ``locust_stats.csv``, ``locust_stats_history.csv``,
 ``locust_failures.csv``, ``locust_exceptions.csv``, ``locust_sentences.json`` (sentences per request name),
-``report.html`` (locust's), ``plot.png`` (throughput and p50/p95/p99 over time, and each request name's p50 when
-paragraphs are sent), ``summary.txt`` / ``summary.json`` and ``locust.log``. Prints the summary table and
+``locust_streams.json`` (when the mix has streaming twins: each streamed answer's first-piece, between-pieces and
+whole times), ``report.html`` (locust's), ``plot.png`` (throughput and p50/p95/p99 over time, each request name's p50
+when paragraphs are sent, the streams' first-piece and whole p50), ``summary.txt`` / ``summary.json`` and
+``locust.log``. Prints the summary table and
 exits 0 when the failure ratio and the p99 are within the limits, 1 when not, 2 when locust itself failed.
 The server must already run (``make serve``, or ``docker compose up``).
 """

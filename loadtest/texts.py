@@ -4,6 +4,11 @@ Both come from each task's definition (``[loadtest]`` in ``tasks/<name>.toml``):
 (a CSV read by header name, or a TSV read by column index) and ``texts``, the fallback. The default mix weighs
 the tasks by their ``weight``.
 
+Streaming twins: a task whose definition says ``stream = true`` has a twin, ``<task>_stream`` (tasks/definition.py),
+which the mix may name like any endpoint (``--mix translate_stream:1,translate:1``). A twin sends its task's texts
+(paragraphs included) and options; the locustfile calls it over a gRPC stream or HTTP ``generate_stream`` and times
+the first piece, the pieces after it and the whole answer. The default mix leaves the twins out (weight 0).
+
 Paragraphs: for a task whose ``[loadtest]`` says ``paragraphs = true`` (its texts are sentences: translate's Tatoeba
 sentences, sentiment's short reviews), a share of its requests (``--paragraphs``, default 0.2: one in five) sends
 4-8 consecutive texts of its list joined as Chinese is written, with no space between them (a text that does not
@@ -23,7 +28,23 @@ from tasks.definition import LoadTexts, Option, registry
 
 
 def endpoints() -> dict[str, LoadTexts]:
-    return {name: task.loadtest for name, task in registry().items()}
+    """Every endpoint the mix may name → its texts: each task, then each streaming twin (its task's texts)."""
+    found = {name: task.loadtest for name, task in registry().items()}
+    return found | {twin: found[task] for twin, task in stream_endpoints().items()}
+
+
+def stream_endpoints() -> dict[str, str]:
+    """Each streaming twin's name (``<task>_stream``) → its task."""
+    return {task.stream.name: name for name, task in registry().items() if task.stream is not None}
+
+
+def task_of(endpoint: str) -> str:
+    """The task an endpoint belongs to: itself, or a streaming twin's task."""
+    return stream_endpoints().get(endpoint, endpoint)
+
+
+def is_stream(endpoint: str) -> bool:
+    return endpoint in stream_endpoints()
 
 
 def options() -> dict[str, Option]:
@@ -54,11 +75,17 @@ def add_option_flags(parser: Any) -> None:
 def inputs_for(endpoint: str, values: dict[str, int | str]) -> dict[str, int | str]:
     """Triton input name -> value for the options of `endpoint` that were set (0 or "" means the server default).
     A str value goes as BYTES, an int as INT32 (the flags give each option's values its type)."""
-    return {o.input: values[o.keyword] for o in registry()[endpoint].options if values.get(o.keyword)}
+    return {o.input: values[o.keyword] for o in registry()[task_of(endpoint)].options if values.get(o.keyword)}
+
+
+def keywords_for(endpoint: str, values: dict[str, int | str]) -> dict[str, int | str]:
+    """The SDK's keyword -> value for the options of `endpoint` that were set (as :func:`inputs_for`)."""
+    return {o.keyword: values[o.keyword] for o in registry()[task_of(endpoint)].options if values.get(o.keyword)}
 
 
 def default_mix() -> str:
-    return ",".join(f"{name}:{spec.weight:g}" for name, spec in endpoints().items())
+    """The tasks by their ``weight``; the streaming twins are left out (name them in ``--mix`` to load them)."""
+    return ",".join(f"{name}:{task.loadtest.weight:g}" for name, task in registry().items())
 
 
 def _read(spec: LoadTexts, path: Path) -> list[str]:
@@ -71,10 +98,15 @@ def _read(spec: LoadTexts, path: Path) -> list[str]:
 
 
 def load_texts(data_dir: Path | str | None, limit: int = 2000) -> tuple[dict[str, list[str]], dict[str, str]]:
-    """(texts per endpoint, where each list came from). Missing files fall back to the built-in list."""
+    """(texts per endpoint, where each list came from). Missing files fall back to the built-in list. A streaming
+    twin shares its task's list (read once)."""
     texts: dict[str, list[str]] = {}
     sources: dict[str, str] = {}
     for endpoint, spec in endpoints().items():
+        task = task_of(endpoint)
+        if task in texts:
+            texts[endpoint], sources[endpoint] = texts[task], sources[task]
+            continue
         path = Path(data_dir) / spec.file if data_dir and spec.file else None
         found = [t for t in _read(spec, path) if t][:limit] if path is not None and path.is_file() else []
         texts[endpoint] = found or list(spec.texts)
@@ -83,7 +115,8 @@ def load_texts(data_dir: Path | str | None, limit: int = 2000) -> tuple[dict[str
 
 
 def parse_mix(mix: str) -> dict[str, float]:
-    """``"sentiment:6,translate:3,summarize:1"`` → weights; endpoints left out get weight 0."""
+    """``"sentiment:6,translate:3,summarize:1"`` → weights; endpoints left out (the streaming twins too) get
+    weight 0."""
     names = list(endpoints())
     weights = dict.fromkeys(names, 0.0)
     for part in filter(None, (p.strip() for p in mix.split(","))):

@@ -11,18 +11,22 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.report import Row, compare, judge, table, write_report
+from loadtest.report import Row, compare, judge, stream_table, table, write_report
 from loadtest.run import build_parser, locust_command
 from loadtest.texts import (
     DEFAULT_PARAGRAPHS,
     Picker,
+    default_mix,
     endpoints,
     inputs_for,
     join_sentences,
+    keywords_for,
     load_texts,
     paragraph_endpoints,
     parse_mix,
     parse_paragraphs,
+    stream_endpoints,
+    task_of,
 )
 from serving.metrics import metric_sum, settled
 
@@ -89,6 +93,53 @@ def test_make_loadtest_writes_csv_html_plot_and_summary(triton, tmp_path):
         assert "sentiment texts from " + str(DATA_DIR) in log
 
 
+STREAM_MIX = "translate_stream:1,summarize_stream:1,translate:1"
+
+
+def test_make_loadtest_streams_the_twins_over_both_protocols(triton, tmp_path):
+    """The streaming twins in the mix: gRPC streams and HTTP generate_stream, each answer's first piece, gaps and
+    whole time in the streams file and the report, no failure."""
+    run = make_loadtest(triton, tmp_path, 120, DURATION="6s", MIX=STREAM_MIX, MAX_FAILURE_RATIO="0", MAX_P99_MS="60000")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    (out,) = list(tmp_path.iterdir())
+    log = (out / "locust.log").read_text()
+    assert "Traceback" not in log, log[-2000:]
+    with open(out / "locust_stats.csv", newline="") as f:
+        rows = {(r["Type"], r["Name"]): r for r in csv.DictReader(f)}
+    twins = [(kind, name) for kind in ("grpc", "POST") for name in ("translate_stream", "summarize_stream")]
+    for key in [*twins, ("grpc", "translate"), ("POST", "translate")]:
+        assert key in rows and int(rows[key]["Request Count"]) > 0, (key, sorted(rows))
+    assert int(rows[("", "Aggregated")]["Failure Count"]) == 0
+    # every streamed answer: a first piece after > 0 ms, no later than the whole answer
+    streams = json.loads((out / "locust_streams.json").read_text())
+    samples = {(r["type"], r["name"]): r["samples"] for r in streams["rows"]}
+    for key in twins:
+        # every request timed (locust's CSV is written up to a second before the last requests end: fewer or equal)
+        assert len(samples[key]) >= int(rows[key]["Request Count"]), key
+        assert all(0 < s[1] <= s[3] and s[4] >= 1 for s in samples[key]), key
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["passed"] is True
+    by_key = {(r["type"], r["name"]): r for r in summary["rows"]}
+    for key in twins:
+        row = by_key[key]
+        assert row["stream"] is True and row["failures"] == 0 and row["streams"] >= row["requests"], row
+        assert 0 < row["first_p50_ms"] <= row["whole_p50_ms"] and 0 < row["first_p99_ms"] <= row["whole_p99_ms"], row
+    for kind in ("grpc", "POST"):  # greedy translation streams token by token, read as the pieces come
+        row = by_key[(kind, "translate_stream")]
+        assert row["pieces"] > 1 and row["gap_p50_ms"] >= 1 and row["first_p50_ms"] < row["whole_p50_ms"], row
+    assert by_key[("grpc", "translate")]["stream"] is False and by_key[("grpc", "translate")]["first_p50_ms"] is None
+    # the printed report: the twins' rows, and the streams table with their first-piece columns
+    assert "streams (ms): first = to the first non-empty piece" in run.stdout, run.stdout
+    for kind, name in twins:
+        assert re.search(rf"^{kind} +{name} +{by_key[(kind, name)]['streams']} +\d+ +\d+ ", run.stdout, re.M), (
+            run.stdout
+        )
+    height = int.from_bytes((out / "plot.png").read_bytes()[20:24], "big")
+    paragraphs = any(name.endswith("(paragraph)") for _, name in rows)  # their own panel
+    assert height == 325 * (2 + paragraphs + 1), height  # and one of the streams' first piece and whole answer
+    print(run.stdout)
+
+
 def test_make_loadtest_fails_when_p99_is_over_the_limit(triton, tmp_path):
     run = make_loadtest(triton, tmp_path, 90, DURATION="4s", USERS="2", MAX_P99_MS="1", MIX="sentiment:1")
     assert run.returncode != 0
@@ -98,7 +149,13 @@ def test_make_loadtest_fails_when_p99_is_over_the_limit(triton, tmp_path):
 
 
 def test_mix_texts_and_verdict():
-    assert parse_mix("sentiment:6,translate:3") == {"sentiment": 6.0, "translate": 3.0, "summarize": 0.0}
+    assert parse_mix("sentiment:6,translate:3") == {
+        "sentiment": 6.0,
+        "translate": 3.0,
+        "summarize": 0.0,
+        "summarize_stream": 0.0,
+        "translate_stream": 0.0,
+    }
     for bad in ("sentiment:x", "sentimint:1", "sentiment:0", "translate:-1"):
         with pytest.raises(ValueError):
             parse_mix(bad)
@@ -123,7 +180,8 @@ def test_mix_texts_and_verdict():
 
 
 def test_paragraphs_join_4_to_8_consecutive_sentences_at_the_chosen_share():
-    assert sorted(paragraph_endpoints()) == ["sentiment", "translate"]  # summarize's texts are articles already
+    # summarize's texts are articles already; a streaming twin sends its task's texts
+    assert sorted(paragraph_endpoints()) == ["sentiment", "translate", "translate_stream"]
     for data_dir in (None, DATA_DIR if DATA_DIR.is_dir() else None):
         texts, _ = load_texts(data_dir, limit=300)
         weights = parse_mix("sentiment:6,translate:3,summarize:1")
@@ -207,3 +265,96 @@ def test_report_keeps_paragraph_rows_apart(tmp_path):
     # without paragraph rows (PARAGRAPHS=0, or an older run without the sentences file): no comparison, no column
     plain = [Row("grpc", "translate", 40, 0, 4.0, 200, 300, 400, 420), Row("", "Aggregated", 40, 0, 4.0, 1, 1, 1, 1)]
     assert compare(plain) == [] and "sent." not in table(plain)
+
+
+def test_mix_takes_the_streaming_twins_with_their_tasks_texts_and_options():
+    assert stream_endpoints() == {"summarize_stream": "summarize", "translate_stream": "translate"}
+    weights = parse_mix("translate_stream:1,summarize_stream:1,translate:1")
+    assert {name for name, weight in weights.items() if weight} == {"translate_stream", "summarize_stream", "translate"}
+    assert "_stream" not in default_mix()  # the default mix leaves the twins out
+    assert task_of("translate_stream") == "translate" and task_of("sentiment") == "sentiment"
+    texts, _ = load_texts(None)
+    assert texts["translate_stream"] is texts["translate"] and texts["summarize_stream"] is texts["summarize"]
+    values = {"num_beams": 1, "max_new_tokens": 8}
+    assert (
+        inputs_for("translate_stream", values)
+        == inputs_for("translate", values)
+        == {
+            "NUM_BEAMS": 1,
+            "MAX_NEW_TOKENS": 8,
+        }
+    )
+    assert keywords_for("translate_stream", values) == values and keywords_for("sentiment", values) == {}
+    picker = Picker(texts, weights, 0.5, seed=3)
+    names = {picker.pick().name for _ in range(500)}
+    assert names == {"translate", "translate (paragraph)", "translate_stream", "translate_stream (paragraph)"} | {
+        "summarize_stream"
+    }
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n")
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def test_report_shows_streams_apart_with_first_piece_gap_and_whole(tmp_path):
+    """locust's CSV files and the locustfile's streams file of a run with streaming twins → the twins' rows after the
+    unary ones, a streams table (first piece, between pieces, whole: p50/p99), summary fields and a plot panel."""
+    stats = [
+        ["grpc", "translate_stream", 100, 0, 400, 700, 900, 950],
+        ["POST", "summarize_stream", 50, 1, 800, 1000, 1200, 1300],
+        ["grpc", "translate", 80, 0, 300, 500, 600, 650],
+        ["", "Aggregated", 230, 1, 400, 900, 1100, 1300],
+    ]
+    head = "Type,Name,Request Count,Failure Count,Requests/s,50%,95%,99%,Max Response Time"
+    lines = [head] + [f"{t},{n},{r},{f},{r / 10},{p50},{p95},{p99},{m}" for t, n, r, f, p50, p95, p99, m in stats]
+    (tmp_path / "locust_stats.csv").write_text("\n".join(lines) + "\n")
+    history = ["Timestamp,User Count,Type,Name,50%,95%,99%,Total Request Count,Total Failure Count"]
+    for second in range(20):
+        for t, n, r, _, p50, p95, p99, _ in stats:
+            history.append(f"{1000 + second},4,{t},{n},{p50},{p95},{p99},{r * (second + 1) // 20},0")
+    (tmp_path / "locust_stats_history.csv").write_text("\n".join(history) + "\n")
+    # translate_stream over gRPC: 100 answers, first piece 1..100 ms, gaps 10..109 ms, whole 201..300 ms, 5 pieces;
+    # summarize_stream over HTTP: 49 answers of one piece (no gap), first piece = whole = 500..548 ms
+    translate = [[1000.5 + k / 5, k + 1, 10 + k, 201 + k, 5] for k in range(100)]
+    summarize = [[1001 + k / 5, 500 + k, None, 500 + k, 1] for k in range(49)]
+    rows = [
+        {"type": "grpc", "name": "translate_stream", "samples": translate},
+        {"type": "POST", "name": "summarize_stream", "samples": summarize},
+    ]
+    fields = ["end", "first_ms", "gap_ms", "whole_ms", "pieces"]
+    (tmp_path / "locust_streams.json").write_text(json.dumps({"fields": fields, "rows": rows}))
+    text, verdict = write_report(tmp_path, "locust", 0.01, 10_000, {"users": 4, "mix": "x", "paragraphs": 0})
+    assert verdict.passed
+    lines = text.splitlines()
+    # the locust table: the unary endpoint first, then the twins (their whole answers), then Aggregated
+    names = [line[7:].split()[0] for line in lines[2:6]]
+    assert names == ["translate", "translate_stream", "summarize_stream", "Aggregated"], text
+    assert "streams (ms): first = to the first non-empty piece" in text
+    stream_head = next(line for line in lines if line.startswith("type ") and "first p50" in line)
+    assert stream_head.split()[3:] == ["first", "p50", "first", "p99", "gap", "p50", "gap", "p99"] + [
+        "whole",
+        "p50",
+        "whole",
+        "p99",
+        "pieces",
+    ]
+    assert re.search(r"^grpc +translate_stream +100 +50 +99 +59 +108 +250 +299 +5\.0$", text, re.M), text
+    assert re.search(r"^POST +summarize_stream +49 +524 +548 +- +- +524 +548 +1\.0$", text, re.M), text
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    by_name = {r["name"]: r for r in summary["rows"]}
+    assert by_name["translate_stream"]["stream"] is True and by_name["translate"]["stream"] is False
+    assert by_name["translate_stream"]["streams"] == 100 and by_name["translate_stream"]["first_p50_ms"] == 50
+    assert by_name["translate_stream"]["first_p99_ms"] == 99 and by_name["translate_stream"]["gap_p50_ms"] == 59
+    assert by_name["translate_stream"]["whole_p50_ms"] == 250 and by_name["translate_stream"]["whole_p99_ms"] == 299
+    assert by_name["summarize_stream"]["gap_p50_ms"] is None and by_name["summarize_stream"]["pieces"] == 1
+    assert by_name["translate"]["first_p50_ms"] is None and by_name["translate"]["streams"] == 0
+    # the plot: a panel of the streams' first piece and whole answer over time, below the two of every run
+    with_streams = _png_size(tmp_path / "plot.png")
+    (tmp_path / "locust_streams.json").unlink()
+    text, _ = write_report(tmp_path, "locust", 0.01, 10_000, {"users": 4, "mix": "x", "paragraphs": 0})
+    assert with_streams[1] > _png_size(tmp_path / "plot.png")[1] * 1.3
+    # without the streams file (no streamed answer succeeded), the twins' rows say so; without twins, no table
+    assert re.search(r"^grpc +translate_stream +0 +- +- +- +- +- +- +-$", text, re.M), text
+    assert stream_table([Row("grpc", "translate", 1, 0, 1, 1, 1, 1, 1)]) == ""
