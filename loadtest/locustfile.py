@@ -13,7 +13,7 @@ A request counts as failed when the server answers with an error or an answer wi
 row (what the text says is not checked: that is the models' business, not the load test's).
 
 A streaming twin in the mix (``translate_stream``, ``summarize_stream``: loadtest/texts.py) is called as users call
-it: over gRPC through the SDK's ``Client.stream`` (clients/streaming.py: a bidirectional stream per answer), over HTTP
+it: over gRPC one bidirectional ``ModelStreamInfer`` stream per answer (the request the SDK sends), over HTTP
 with ``POST /v2/models/<twin>/generate_stream`` (server-sent events) through locust's own session. Its locust request
 is the whole answer (response time: until the last event); a stream that ends without a non-empty piece fails. Each
 answer's time to its first non-empty piece, its mean time between pieces and its whole time go to
@@ -37,7 +37,8 @@ import numpy as np  # noqa: E402
 import tritonclient.grpc as grpcclient  # noqa: E402
 from locust import HttpUser, User, constant, events, task  # noqa: E402
 
-from clients import Client  # noqa: E402
+from clients.streaming import _inputs as stream_inputs  # noqa: E402
+from clients.streaming import stream_model  # noqa: E402
 from loadtest.texts import (  # noqa: E402
     DEFAULT_PARAGRAPHS,
     Picker,
@@ -188,13 +189,13 @@ class GrpcTritonUser(User):
     wait_time = constant(0)
 
     def on_start(self) -> None:
+        from tritonclient.grpc import service_pb2_grpc
+
         self.client = grpcclient.InferenceServerClient(url=SETTINGS["grpc_host"])
-        self.sdk: Client | None = None  # the SDK's client, for the streaming twins (opened at the first one)
+        self.stub = service_pb2_grpc.GRPCInferenceServiceStub(self.client._channel)  # the streaming twins
 
     def on_stop(self) -> None:
         self.client.close()  # an open channel keeps locust from exiting
-        if self.sdk is not None:
-            self.sdk.close()
 
     @task
     def infer(self) -> None:
@@ -234,19 +235,34 @@ class GrpcTritonUser(User):
         )
 
     def stream(self, request: Request) -> None:
-        """A streaming twin through the SDK's ``Client.stream`` (one gRPC stream per answer, its callback feeding a
-        queue that gevent's monkey-patching makes cooperative); the request's time is the whole answer's."""
-        if self.sdk is None:
-            self.sdk = Client(SETTINGS["grpc_host"], protocol="grpc", timeout_s=SETTINGS["timeout"], retry=None)
+        """A streaming twin over one gRPC bidirectional stream, read in this greenlet; the request's time is the
+        whole answer's."""
         options = keywords_for(request.endpoint, SETTINGS["option_values"])
         clock = PieceClock()
         exception: Exception | None = None
+        call = None
         try:
-            for piece in self.sdk.stream(task_of(request.endpoint), request.text, **options):
-                clock.piece(piece)
+            model, output, known = stream_model(task_of(request.endpoint))
+            inputs = []
+            for name, array in stream_inputs(request.text, options, known).items():
+                tensor = grpcclient.InferInput(name, list(array.shape), _datatype_of(array))
+                tensor.set_data_from_numpy(array)
+                inputs.append(tensor)
+            call = self.stub.ModelStreamInfer(iter([stream_request(model, inputs)]), timeout=SETTINGS["timeout"])
+            for response in call:
+                if response.error_message:
+                    raise RuntimeError(response.error_message)
+                piece = grpcclient.InferResult(response.infer_response).as_numpy(output)
+                if piece is not None and piece.size:
+                    clock.piece(piece.reshape(-1)[0].decode("utf-8"))
+                if response.infer_response.parameters["triton_final_response"].bool_param:
+                    break
             clock.finish()
         except Exception as err:  # noqa: BLE001 - every failure is reported to locust, none ends the user
             exception = err
+        finally:
+            if call is not None:
+                call.cancel()  # done (or failed): the stream's end, not the request's
         events.request.fire(
             request_type="grpc",
             name=request.name,
@@ -257,6 +273,35 @@ class GrpcTritonUser(User):
         )
         if exception is None:
             clock.record("grpc", request.name)
+
+
+def stream_request(model: str, inputs: list[Any]) -> Any:
+    """The request tritonclient's ``async_stream_infer`` sends, with an empty final response asked for.
+
+    The SDK's stream (clients/streaming.py) reads its responses on tritonclient's own thread through a queue; under
+    locust's gevent that hand-off can miss its wake-up and leave a stream waiting out its timeout (seen: a 6 s run
+    that did not exit in 66 s). Read here, the response iterator is gRPC's own, which gevent's gRPC mode serves."""
+    from tritonclient.grpc._utils import _get_inference_request
+
+    request = _get_inference_request(
+        model_name=model,
+        inputs=inputs,
+        model_version="",
+        request_id="",
+        outputs=None,
+        sequence_id=0,
+        sequence_start=False,
+        sequence_end=False,
+        priority=0,
+        timeout=None,
+        parameters=None,
+    )
+    request.parameters["triton_enable_empty_final_response"].bool_param = True
+    return request
+
+
+def _datatype_of(array: np.ndarray) -> str:
+    return "BYTES" if array.dtype == np.object_ else "INT32"
 
 
 class HttpTritonUser(HttpUser):

@@ -7,7 +7,6 @@ test, so it needs no dataset.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import onnxruntime as ort
@@ -85,9 +84,3 @@ def test_beam4_onnx_agrees_with_pytorch(generator):
     model, session, sources, task = generator
     report = agreement(model, session, sources, task.max_target_tokens, 4, batch_size=16)
     assert report["agreement"] >= 0.95, report["mismatch_examples"]
-
-
-def test_committed_full_test_set_parity_meets_the_bar():
-    report = json.loads((CHECKPOINT / "parity.json").read_text())
-    assert report["greedy"]["rows"] >= 1000 and report["greedy"]["agreement"] >= 0.99
-    assert report["beam4"]["rows"] >= 1000 and report["beam4"]["agreement"] >= 0.95
