@@ -184,7 +184,7 @@ def split_pieces(texts: Sequence[str]) -> list[list[str]]:
 
 def _ct2_offline(profile: Any, pieces: list[str], workdir: Path) -> list[dict[str, Any]]:
     from benchmarks import ctranslate2_baseline as ct2
-    from benchmarks.translation import BATCH, BEAMS, CT2_FP32, _offline_row, max_new_tokens
+    from benchmarks.translation import BATCH, BEAMS, CT2_FP32, max_new_tokens, offline_row
 
     model = ct2.convert(ct2.CHECKPOINT, workdir / "ctranslate2" / "float32")
     rows = []
@@ -193,7 +193,7 @@ def _ct2_offline(profile: Any, pieces: list[str], workdir: Path) -> list[dict[st
             raw = ct2.time_translate_batch(
                 model, pieces, threads, beams, max_new_tokens(profile), profile.repetitions, BATCH
             )
-            rows.append(_offline_row(CT2_FP32, raw))
+            rows.append(offline_row(CT2_FP32, raw))
     return rows
 
 
@@ -201,7 +201,8 @@ def _fairness(url: str, singles: list[str], documents: list[str], profile: Any, 
     """The single-sentence client's latency alone, then beside the document clients (same window)."""
     import threading
 
-    from benchmarks.translation import TASK, closed_loop, max_new_tokens
+    from benchmarks.closed_loop import closed_loop
+    from benchmarks.translation import TASK, max_new_tokens
 
     new_tokens, window, warmup = max_new_tokens(profile), profile.translation_seconds, profile.translation_warmup_s
     idle = closed_loop(url, TASK, singles, 1, beams, new_tokens, window, warmup)
@@ -230,18 +231,9 @@ def measure(profile: Any, workdir: Path) -> dict[str, Any]:
     import contextlib
     from functools import partial
 
+    from benchmarks.closed_loop import closed_loop, start_server
     from benchmarks.stats import interleaved, summarize_runs
-    from benchmarks.translation import (
-        BEAMS,
-        REPOSITORY,
-        TASK,
-        _server,
-        beam_label,
-        closed_loop,
-        cpu_info,
-        max_new_tokens,
-        test_sentences,
-    )
+    from benchmarks.translation import BEAMS, REPOSITORY, TASK, beam_label, cpu_info, max_new_tokens, test_sentences
 
     singles, source = test_sentences(profile)
     groups = paragraphs(singles, PARAGRAPH) or [list(singles)]
@@ -267,7 +259,7 @@ def measure(profile: Any, workdir: Path) -> dict[str, Any]:
     new_tokens, window, warmup = section["max_new_tokens"], profile.translation_seconds, profile.translation_warmup_s
     clients = section["clients"]
     with contextlib.ExitStack() as stack:
-        server = _server(stack, REPOSITORY, [TASK])
+        server = start_server(stack, REPOSITORY, [TASK])
         for beams in BEAMS:
             closed_loop(server.grpc_url, TASK, texts, 2, beams, new_tokens, max(0.5, warmup), 0.0)
         served = []

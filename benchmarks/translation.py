@@ -21,14 +21,10 @@ Everything in one run on one machine, so the ratios compare like with like:
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
-import queue
 import re
 import shutil
 import statistics
-import threading
-import time
 import tomllib
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -37,16 +33,15 @@ from typing import Any
 
 from benchmarks import data
 from benchmarks.checks import check
-from benchmarks.cpu_share import cores_during
+from benchmarks.closed_loop import CORES, LOAD, TAIL_WORDS, closed_loop, start_server, with_cores
 from benchmarks.markdown import cell, table
 from benchmarks.profiles import REPOSITORY, Profile
-from benchmarks.stats import cpu_flags, interleaved, percentile, summarize, summarize_runs
+from benchmarks.stats import cpu_flags, interleaved, summarize, summarize_runs
 
 DATASET = "translate_test"  # the key of benchmarks.data.FILES for the test file
 TASK = "translate"
 STREAM_MODEL = "translate_stream"
 GENERATOR_MODEL = "translate_generator"
-OUTPUT = "TRANSLATION"
 GENERATION_FRONT = "serving.frontends.generation:GenerationFront"
 BATCH = 32
 BEAMS = (1, 4)
@@ -54,11 +49,6 @@ CT2_FP32, CT2_INT8, BEAMSEARCH_OP, ENGINE = "ctranslate2_fp32", "ctranslate2_int
 RUNTIMES = (CT2_FP32, CT2_INT8, BEAMSEARCH_OP, ENGINE)
 ENGINE_SERVER, TODAY_SERVER = "engine", "generation_front"  # served: model_repository; the BeamSearch-op variant
 SERVERS = (ENGINE_SERVER, TODAY_SERVER)
-REQUEST_TIMEOUT_S = 120.0
-CORES = "cores "  # prefix of a served point's CPU figures: "cores tritonserver", "cores stub translate", …
-LOAD = "load (this process)"  # the client threads
-# The answer lengths closed_loop reports: over all requests, and over those at or above the p99 latency.
-TAIL_WORDS = ("answer_words_p50", "slowest_answer_words_p50")
 # Bars: served engine vs CTranslate2 offline, vs today's served translate, p99 not worse, TTFT share.
 BAR_VS_CT2, BAR_VS_TODAY, BAR_P99, BAR_TTFT = 1.0, 2.0, 1.0, 0.2
 
@@ -198,7 +188,7 @@ def certain_text_steps(sentences: Sequence[str], beams: int, max_new: int) -> di
     }
 
 
-def _offline_row(runtime: str, raw: dict[str, Any]) -> dict[str, Any]:
+def offline_row(runtime: str, raw: dict[str, Any]) -> dict[str, Any]:
     """A timing of ctranslate2_baseline's shape → a row with the spread of its passes."""
     passes = [s for s in raw["seconds_all"] if s > 0] or [raw["seconds_median"]]
     return {
@@ -232,7 +222,7 @@ def offline(profile: Profile, sentences: list[str], workdir: Path) -> list[dict[
     for beams in BEAMS:
         for threads in profile.translation_threads:
             for runtime in RUNTIMES:
-                rows.append(_offline_row(runtime, timing(runtime, threads, beams)))
+                rows.append(offline_row(runtime, timing(runtime, threads, beams)))
     return rows
 
 
@@ -288,195 +278,13 @@ def build_variant(root: Path, repository: Path = REPOSITORY) -> Path:
 # -- served ---------------------------------------------------------------------------------------------------
 
 
-def _inputs(text: str, beams: int, new_tokens: int) -> list[Any]:
-    import numpy as np
-    import tritonclient.grpc as grpcclient
-
-    tensors = []
-    for name, array in (
-        ("TEXT", np.array([[text.encode("utf-8")]], dtype=np.object_)),
-        ("NUM_BEAMS", np.array([[beams]], dtype=np.int32)),
-        ("MAX_NEW_TOKENS", np.array([[new_tokens]], dtype=np.int32)),
-    ):
-        tensor = grpcclient.InferInput(name, list(array.shape), "BYTES" if array.dtype == np.object_ else "INT32")
-        tensor.set_data_from_numpy(array)
-        tensors.append(tensor)
-    return tensors
-
-
-class _Stream:
-    """One client's gRPC stream, reused request after request; responses are matched by request id."""
-
-    def __init__(self, client: Any) -> None:
-        self.client = client
-        self.answers: queue.Queue[tuple[float, Any, Any]] = queue.Queue()
-        self.open()
-
-    def open(self) -> None:
-        self.answers = queue.Queue()
-        answers = self.answers
-        self.client.start_stream(callback=lambda result, error: answers.put((time.perf_counter(), result, error)))
-
-    def reopen(self) -> None:
-        self.client.stop_stream(cancel_requests=True)
-        self.open()
-
-    def request(self, model: str, inputs: list[Any], request_id: str, timeout_s: float) -> tuple[float, float, str]:
-        """(time of the first response with a non-empty piece, time of the final response, the pieces joined); a
-        request whose pieces are all empty gets the final response's time for both."""
-        self.client.async_stream_infer(model, inputs, request_id=request_id, enable_empty_final_response=True)
-        first = None
-        pieces: list[str] = []
-        deadline = time.perf_counter() + timeout_s
-        while True:
-            at, result, error = self.answers.get(timeout=max(0.0, deadline - time.perf_counter()))
-            if error is not None:
-                raise error
-            response = result.get_response()
-            if response.id != request_id:
-                continue  # a late answer to an abandoned request
-            piece = result.as_numpy(OUTPUT)
-            if piece is not None and piece.size and piece.reshape(-1)[0]:
-                if first is None:
-                    first = at
-                pieces.append(piece.reshape(-1)[0].decode("utf-8"))
-            if response.parameters["triton_final_response"].bool_param:
-                return (first if first is not None else at), at, "".join(pieces)
-
-
-def closed_loop(
-    url: str,
-    model: str,
-    texts: Sequence[str],
-    clients: int,
-    beams: int,
-    new_tokens: int,
-    seconds: float,
-    warmup_s: float,
-    stream: bool = False,
-) -> dict[str, float]:
-    """``clients`` threads, each with its own tritonclient gRPC client, sending one text per request and the next
-    as soon as the answer is in, for ``warmup_s`` + ``seconds``; requests sent during the warm-up are not counted.
-    Throughput = counted requests / seconds; latencies from send to the (final) response, and with ``stream``
-    the time to the first non-empty piece. What makes the tail: the median answer length in words over all
-    requests and over those at or above the p99 latency."""
-    import tritonclient.grpc as grpcclient
-
-    records: list[tuple[float, float, int]] = []  # (full latency, time to first piece, answer words)
-    cycle = itertools.cycle(texts)  # shared: the texts go out in file order whatever the client count
-    errors = 0
-    lock = threading.Lock()
-    clock: dict[str, float] = {}
-
-    def set_clock() -> None:  # when every client is connected: the window starts for all at once
-        clock["measure_from"] = time.perf_counter() + warmup_s
-        clock["stop_at"] = clock["measure_from"] + seconds
-
-    gate = threading.Barrier(clients, action=set_clock)
-
-    def worker(index: int) -> None:
-        nonlocal errors
-        client = grpcclient.InferenceServerClient(url)
-        requests = itertools.count()
-        outputs = [grpcclient.InferRequestedOutput(OUTPUT)]
-        mine: list[tuple[float, float, int]] = []
-        failed = 0
-        try:
-            try:
-                channel = _Stream(client) if stream else None
-                gate.wait(timeout=REQUEST_TIMEOUT_S)
-            except BaseException:
-                gate.abort()  # the other clients stop waiting for this one
-                raise
-            while (sent := time.perf_counter()) < clock["stop_at"]:
-                with lock:
-                    text = next(cycle)
-                inputs = _inputs(text, beams, new_tokens)
-                try:
-                    if channel is not None:
-                        first, done, answer = channel.request(
-                            model, inputs, f"{index}-{next(requests)}", REQUEST_TIMEOUT_S
-                        )
-                    else:
-                        result = client.infer(model, inputs, outputs=outputs, client_timeout=REQUEST_TIMEOUT_S)
-                        first = done = time.perf_counter()
-                        answer = result.as_numpy(OUTPUT).reshape(-1)[0].decode("utf-8")
-                except Exception:  # noqa: BLE001 - counted and reported: a benchmark must not die on one failure
-                    failed += 1
-                    if channel is not None:
-                        with contextlib.suppress(Exception):
-                            channel.reopen()
-                    time.sleep(0.01)  # no busy loop against a server that refuses everything
-                    continue
-                if sent >= clock["measure_from"]:
-                    mine.append((done - sent, first - sent, len(answer.split())))
-        finally:
-            with contextlib.suppress(Exception):
-                if stream:
-                    client.stop_stream(cancel_requests=True)
-                client.close()
-            with lock:
-                records.extend(mine)
-                errors += failed
-
-    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(clients)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if not records:
-        raise RuntimeError(
-            f"no request to {model} was both sent in the {seconds:g} s window and answered, with {clients} clients "
-            f"({errors} errors); a window shorter than one answer's latency counts nothing"
-        )
-    full = [r[0] for r in records]
-    p99 = percentile(full, 99)
-    out = {
-        "throughput": len(records) / seconds,
-        "p50_ms": percentile(full, 50) * 1e3,
-        "p99_ms": p99 * 1e3,
-        "requests": len(records),
-        "errors": errors,
-        "answer_words_p50": statistics.median(r[2] for r in records),
-        "slowest_answer_words_p50": statistics.median(r[2] for r in records if r[0] >= p99),
-    }
-    if stream:
-        ttft = [r[1] for r in records]
-        out |= {
-            "ttft_p50_ms": percentile(ttft, 50) * 1e3,
-            "ttft_p99_ms": percentile(ttft, 99) * 1e3,
-            "ttft_share_median": statistics.median(t / f for f, t, _ in records if f > 0),
-        }
-    return out
-
-
-def with_cores(load: Callable[[], dict[str, float]]) -> dict[str, float]:
-    """The load's result and the cores each process used while it ran (CPU seconds ÷ wall seconds): tritonserver,
-    each model's Python stubs, and this process, whose client threads are the load. Where a served sentence's CPU
-    goes is what sets the served figures against the offline ones."""
-    began, own = time.monotonic(), time.process_time()
-    result, cores = cores_during(load, interval_s=1.0)  # the servers outlive the load: few samples suffice
-    cores[LOAD] = (time.process_time() - own) / (time.monotonic() - began)
-    return result | {f"{CORES}{kind}": used for kind, used in cores.items()}
-
-
-def _server(stack: contextlib.ExitStack, repository: Path, models: list[str]) -> Any:
-    from serving.embedded import EmbeddedTriton, ServerOptions, free_ports
-
-    http, grpc, metrics = free_ports(3)
-    options = ServerOptions(
-        model_repository=repository, http_port=http, grpc_port=grpc, metrics_port=metrics, models=models
-    )
-    return stack.enter_context(EmbeddedTriton(options))
-
-
 def served(profile: Profile, sentences: list[str], workdir: Path) -> tuple[list[dict], list[dict]]:
     """The closed-loop points (clients × beams, both servers interleaved) and the streaming points."""
     new_tokens, window, warmup = max_new_tokens(profile), profile.translation_seconds, profile.translation_warmup_s
     with contextlib.ExitStack() as stack:
         servers = {
-            ENGINE_SERVER: _server(stack, REPOSITORY, [TASK, STREAM_MODEL]),
-            TODAY_SERVER: _server(stack, build_variant(workdir / "repositories"), [TASK, GENERATOR_MODEL]),
+            ENGINE_SERVER: start_server(stack, REPOSITORY, [TASK, STREAM_MODEL]),
+            TODAY_SERVER: start_server(stack, build_variant(workdir / "repositories"), [TASK, GENERATOR_MODEL]),
         }
         # First requests load tokenizers, ORT arenas and the generator's subgraphs: not part of any window.
         for server in servers.values():
