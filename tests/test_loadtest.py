@@ -225,6 +225,19 @@ def test_paragraphs_join_4_to_8_consecutive_sentences_at_the_chosen_share():
     assert "--paragraphs 0.35" in make.stdout, make.stdout + make.stderr
 
 
+def write_locust_csvs(folder: Path, stats: list[list], seconds: int) -> None:
+    """locust's stats and history CSV files for rows [type, name, requests, failures, p50, p95, p99, max], the
+    requests spread evenly over `seconds` history rows."""
+    head = "Type,Name,Request Count,Failure Count,Requests/s,50%,95%,99%,Max Response Time"
+    lines = [head] + [f"{t},{n},{r},{f},{r / 10},{p50},{p95},{p99},{m}" for t, n, r, f, p50, p95, p99, m in stats]
+    (folder / "locust_stats.csv").write_text("\n".join(lines) + "\n")
+    history = ["Timestamp,User Count,Type,Name,50%,95%,99%,Total Request Count,Total Failure Count"]
+    for second in range(seconds):
+        for t, n, r, _, p50, p95, p99, _ in stats:
+            history.append(f"{1000 + second},4,{t},{n},{p50},{p95},{p99},{r * (second + 1) // seconds},0")
+    (folder / "locust_stats_history.csv").write_text("\n".join(history) + "\n")
+
+
 def test_report_keeps_paragraph_rows_apart(tmp_path):
     """locust's CSV files of a run with paragraphs → a table row, a comparison line, summary rows and a plot."""
     stats = [
@@ -234,14 +247,7 @@ def test_report_keeps_paragraph_rows_apart(tmp_path):
         ["grpc", "translate (paragraph)", 10, 0, 1200, 1800, 2000, 2100],
         ["", "Aggregated", 160, 0, 50, 1200, 1900, 2100],
     ]
-    head = "Type,Name,Request Count,Failure Count,Requests/s,50%,95%,99%,Max Response Time"
-    lines = [head] + [f"{t},{n},{r},{f},{r / 10},{p50},{p95},{p99},{m}" for t, n, r, f, p50, p95, p99, m in stats]
-    (tmp_path / "locust_stats.csv").write_text("\n".join(lines) + "\n")
-    history = ["Timestamp,User Count,Type,Name,50%,95%,99%,Total Request Count,Total Failure Count"]
-    for second in range(5):
-        for t, n, r, _, p50, p95, p99, _ in stats:
-            history.append(f"{1000 + second},4,{t},{n},{p50},{p95},{p99},{r * (second + 1) // 5},0")
-    (tmp_path / "locust_stats_history.csv").write_text("\n".join(history) + "\n")
+    write_locust_csvs(tmp_path, stats, seconds=5)
     sentences = [("sentiment", 90, 90), ("sentiment (paragraph)", 20, 110), ("translate", 40, 40)]
     sentences += [("translate (paragraph)", 10, 61)]
     (tmp_path / "locust_sentences.json").write_text(
@@ -307,14 +313,7 @@ def test_report_shows_streams_apart_with_first_piece_gap_and_whole(tmp_path):
         ["grpc", "translate", 80, 0, 300, 500, 600, 650],
         ["", "Aggregated", 230, 1, 400, 900, 1100, 1300],
     ]
-    head = "Type,Name,Request Count,Failure Count,Requests/s,50%,95%,99%,Max Response Time"
-    lines = [head] + [f"{t},{n},{r},{f},{r / 10},{p50},{p95},{p99},{m}" for t, n, r, f, p50, p95, p99, m in stats]
-    (tmp_path / "locust_stats.csv").write_text("\n".join(lines) + "\n")
-    history = ["Timestamp,User Count,Type,Name,50%,95%,99%,Total Request Count,Total Failure Count"]
-    for second in range(20):
-        for t, n, r, _, p50, p95, p99, _ in stats:
-            history.append(f"{1000 + second},4,{t},{n},{p50},{p95},{p99},{r * (second + 1) // 20},0")
-    (tmp_path / "locust_stats_history.csv").write_text("\n".join(history) + "\n")
+    write_locust_csvs(tmp_path, stats, seconds=20)
     # translate_stream over gRPC: 100 answers, first piece 1..100 ms, gaps 10..109 ms, whole 201..300 ms, 5 pieces;
     # summarize_stream over HTTP: 49 answers of one piece (no gap), first piece = whole = 500..548 ms
     translate = [[1000.5 + k / 5, k + 1, 10 + k, 201 + k, 5] for k in range(100)]

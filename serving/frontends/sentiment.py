@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from serving.frontends.base import BatchTokenizer, Encoded, FrontModel, length_buckets, padded_width
-from serving.frontends.windows import pool, window_rows
+from serving.frontends.windows import pool, softmax, window_rows
 
 IN_PROCESS_ENCODER = "encoder.onnx"
 # How a long text's windows are pooled into its answer: the mean of their logits. On the 374 test reviews longer
@@ -29,12 +29,6 @@ IN_PROCESS_ENCODER = "encoder.onnx"
 POOLING = "mean_logits"
 # Rows per encoder call: a request's texts are at most max_batch_size (64) rows; their windows may be many more.
 ENCODER_ROWS = 64
-
-
-def softmax(logits: np.ndarray) -> np.ndarray:
-    z = logits - logits.max(axis=-1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=-1, keepdims=True)
 
 
 def label_and_score(logits: np.ndarray, labels: list[str]) -> list[tuple[str, float]]:

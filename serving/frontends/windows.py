@@ -142,7 +142,7 @@ def _clauses(
 # --- pooling: one answer per text from its windows' logits -------------------------------------------------
 
 
-def _softmax(logits: np.ndarray) -> np.ndarray:
+def softmax(logits: np.ndarray) -> np.ndarray:
     z = logits - logits.max(axis=-1, keepdims=True)
     e = np.exp(z)
     return e / e.sum(axis=-1, keepdims=True)
@@ -166,26 +166,26 @@ def _mean_logits(logits: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 
 
 def _mean_probs(logits: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    return _as_logits(_softmax(logits).mean(axis=0))
+    return _as_logits(softmax(logits).mean(axis=0))
 
 
 def _token_weighted(logits: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     weights = lengths / lengths.sum()
-    return _as_logits((_softmax(logits) * weights[:, None]).sum(axis=0))
+    return _as_logits((softmax(logits) * weights[:, None]).sum(axis=0))
 
 
 def _most_confident(logits: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    return logits[int(_softmax(logits).max(axis=-1).argmax())]
+    return logits[int(softmax(logits).max(axis=-1).argmax())]
 
 
 def _first_and_last(logits: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    return _as_logits(_softmax(logits[[0, -1]]).mean(axis=0))
+    return _as_logits(softmax(logits[[0, -1]]).mean(axis=0))
 
 
 def _later_weighted(logits: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     weights = np.arange(1, len(logits) + 1, dtype=np.float64)
     weights /= weights.sum()
-    return _as_logits((_softmax(logits) * weights[:, None]).sum(axis=0))
+    return _as_logits((softmax(logits) * weights[:, None]).sum(axis=0))
 
 
 Pooling = Callable[[np.ndarray, np.ndarray], np.ndarray]
