@@ -298,6 +298,7 @@ class Reply:
         rows = len(self.text_of)
         self.tokens: list[list[int]] = [[] for _ in range(rows)]
         self.answers: list[str | None] = [None] * rows  # per row, its text once it is done
+        self.frontier = list(self.first_row)  # per text, its first row not done: the only one a stream shows
         self.sent = [""] * len(self.documents)  # text already streamed, per text
         self.lock = threading.Lock()
         self.is_cancelled = False
@@ -339,7 +340,9 @@ class Reply:
                         self.front.queue_response(self, [""] * len(self.sent), True)
                     return
                 if self.front.streaming:
-                    self._stream(self.text_of[row], finished)
+                    text = self.text_of[row]
+                    if row == self.frontier[text] or finished:  # a later sentence's tokens show only once it is next
+                        self._stream(text, finished)
                 elif finished:
                     texts = [self._certain(text) for text in range(len(self.documents))]
                     self.front.metrics.generated(sum(len(t) for t in self.tokens))
@@ -351,14 +354,14 @@ class Reply:
         """What the text's answer is known to start with: the answers of its leading finished pieces in the
         source's layout, then the settled part of the next piece's (the whole answer once every piece is done)."""
         document = self.documents[text]
-        first = self.first_row[text]
-        done: list[str] = []
-        for row in range(first, first + len(document.pieces)):
-            answer = self.answers[row]
-            if answer is None:
-                return document.prefix(done, settled_prefix(detokenize(self.front.target, self.tokens[row])))
-            done.append(answer)
-        return document.join(done)
+        first, end = self.first_row[text], self.first_row[text] + len(document.pieces)
+        while self.frontier[text] < end and self.answers[self.frontier[text]] is not None:
+            self.frontier[text] += 1
+        done = [answer for answer in self.answers[first : self.frontier[text]] if answer is not None]
+        if self.frontier[text] == end:
+            return document.join(done)
+        partial = detokenize(self.front.target, self.tokens[self.frontier[text]])
+        return document.prefix(done, settled_prefix(partial))
 
     def _stream(self, changed: int, finished: bool) -> None:
         pieces = [""] * len(self.sent)
