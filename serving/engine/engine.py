@@ -53,8 +53,9 @@ ENCODER_CALL_TOKENS = 32
 CROSS_COLUMNS_STEP = 16
 # While interactive jobs come, bulk jobs hold at most this many rows of the running batch: a step's time grows
 # with its rows, and an interactive request's latency with it (the documents bench section measures the result:
-# a single sentence's p50 beside four 50-sentence documents, against idle). "While" lasts this long after the last interactive job arrived, so the batch is not
-# refilled with bulk rows in the gap between one request of a client and its next.
+# a single sentence's p50 beside four 50-sentence documents, against idle). "While" lasts INTERACTIVE_HOLD_S after
+# the last interactive job arrived, so the batch is not refilled with bulk rows in the gap between one request of
+# a client and its next.
 BULK_ROWS_BESIDE_INTERACTIVE = 8
 INTERACTIVE_HOLD_S = 0.5
 
