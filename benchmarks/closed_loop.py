@@ -59,7 +59,9 @@ class _Stream:
         self.client.start_stream(callback=lambda result, error: answers.put((time.perf_counter(), result, error)))
 
     def reopen(self) -> None:
-        self.client.stop_stream(cancel_requests=True)
+        self.client.stop_stream(
+            cancel_requests=False
+        )  # never cancelled: Triton 2.51 mishandles it (clients/streaming.py)
         self.open()
 
     def request(self, model: str, inputs: list[Any], request_id: str, timeout_s: float) -> tuple[float, float, str]:
@@ -154,7 +156,7 @@ def closed_loop(
         finally:
             with contextlib.suppress(Exception):
                 if stream:
-                    client.stop_stream(cancel_requests=True)
+                    client.stop_stream(cancel_requests=False)
                 client.close()
             with lock:
                 records.extend(mine)

@@ -147,8 +147,8 @@ class Client(_ClientBase):
 
     def stream(self, task: str, text: str, **options: int | str | None) -> Iterator[str]:
         """The pieces of `task`'s answer for one text as the server produces them (its `<task>_stream` twin);
-        joined, they equal ``client.<task>(text)[0]``. Stopping early cancels the request (see
-        clients/streaming.py)."""
+        joined, they equal ``client.<task>(text)[0]``. Stopping early closes an HTTP stream; a gRPC stream's rest
+        is read and dropped in the background, never cancelled, which Triton 2.51 mishandles (clients/streaming.py)."""
         run = grpc_stream if self.protocol == "grpc" else http_stream
         return run(self.url, self.timeout_s, task, text, options)
 

@@ -24,6 +24,7 @@ requests/s, failure ratio and p99, which the verdict reads.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections import defaultdict
@@ -249,20 +250,23 @@ class GrpcTritonUser(User):
                 tensor.set_data_from_numpy(array)
                 inputs.append(tensor)
             call = self.stub.ModelStreamInfer(iter([stream_request(model, inputs)]), timeout=SETTINGS["timeout"])
-            for response in call:
+            for response in call:  # to the call's end: the server ends it after the final response
                 if response.error_message:
                     raise RuntimeError(response.error_message)
                 piece = grpcclient.InferResult(response.infer_response).as_numpy(output)
                 if piece is not None and piece.size:
                     clock.piece(piece.reshape(-1)[0].decode("utf-8"))
                 if response.infer_response.parameters["triton_final_response"].bool_param:
-                    break
-            clock.finish()
+                    clock.finish()
+            if clock.end is None:
+                raise ValueError("the stream ended without its final response")
         except Exception as err:  # noqa: BLE001 - every failure is reported to locust, none ends the user
             exception = err
         finally:
-            if call is not None:
-                call.cancel()  # done (or failed): the stream's end, not the request's
+            if call is not None:  # read, not cancelled, to its end: Triton 2.51 mishandles cancelled streams
+                with contextlib.suppress(Exception):
+                    for _ in call:
+                        pass
         events.request.fire(
             request_type="grpc",
             name=request.name,
