@@ -121,6 +121,7 @@ BENCH_ARGS ?=
 bench: repository $(PERF_ANALYZER)/.installed  ## every layer vs its baseline → benchmarks/results (BENCH_ARGS=--quick: < 5 min)
 	$(PY) -m benchmarks --data-dir "$(DATA_DIR)" $(BENCH_ARGS)
 
+MINUTES ?= 4
 .PHONY: soak
-soak: repository  ## a few minutes of steady mixed load: memory and p99 drift → benchmarks/results/soak.json
-	$(PY) -m benchmarks.soak --data-dir "$(DATA_DIR)"
+soak: repository  ## MINUTES of mixed load, both protocols: memory, throughput, p50 drift → benchmarks/results/soak_<MINUTES>min.json
+	$(PY) -m benchmarks.soak --data-dir "$(DATA_DIR)" --minutes $(MINUTES)
