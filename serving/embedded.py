@@ -7,7 +7,8 @@ Python-based onnxruntime backend (:mod:`serving.backend_dir`). The launcher's pr
   clear error (with the tail of the server log), not a hang;
 - :meth:`EmbeddedTriton.stop` leaves nothing behind: the server runs in its own process group with its
   Python-backend stubs, stragglers get SIGKILL, and the ``/dev/shm`` segments named with this server's
-  unique prefix are removed. The same clean-up runs when the object is garbage-collected or at exit.
+  unique prefix are removed. The same clean-up runs when the object is garbage-collected or at exit, and
+  :mod:`serving.reaper` runs it when this process dies without stopping the server (SIGKILL, an unhandled SIGTERM).
 
 Usage::
 
@@ -42,6 +43,7 @@ from .backend_dir import build_backend_directory
 from .control import http_status, repository_index
 from .drain import drain_front_models
 from .http_guard import DEFAULT_MAX_BODY_BYTES, HttpGuard
+from .reaper import remove_shm
 from .repository import require_servable
 from .watchdog import StubWatchdog
 from .wheel import TritonWheel, warn_if_numpy_2
@@ -49,7 +51,6 @@ from .wheel import TritonWheel, warn_if_numpy_2
 CONTROL_KEY_HEADER = "ropeserve-control-key"
 # Triton 2.51 checks restricted gRPC protocols against this prefixed metadata key (the HTTP header has none).
 GRPC_CONTROL_KEY_HEADER = f"triton-grpc-protocol-{CONTROL_KEY_HEADER}"
-SHM_ROOT = Path("/dev/shm")
 
 
 class ServerError(RuntimeError):
@@ -87,9 +88,10 @@ class ServerOptions:
     ``model_repository`` may be a URL Triton reads itself (``s3://…``, ``gs://…``, ``as://…``): it is passed on
     as is, without the local pre-start checks.
 
-    ``die_with_parent``: the server gets SIGTERM if this process dies without cleaning up (e.g. SIGKILL).
-    Linux ties that signal to the *thread* that started the server, so it applies only when starting from the
-    main thread (measured: a server started from a worker thread was told to stop as that thread ended).
+    ``die_with_parent``: if this process dies without stopping the server (SIGKILL, an unhandled SIGTERM),
+    :mod:`serving.reaper` stops it within ``exit_timeout_s`` and removes its shm segments and work folder. The
+    server also gets Linux's parent-death SIGTERM when started from the main thread (the kernel ties that signal
+    to the starting *thread*: a server started from a worker thread was told to stop as that thread ended).
     """
 
     model_repository: Path | str = Path("model_repository")
@@ -237,10 +239,14 @@ def _set_parent_death_signal() -> None:  # runs in the child between fork and ex
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def _remove_shm(prefix: str) -> None:
-    for segment in SHM_ROOT.glob(f"{prefix}*"):
-        with contextlib.suppress(FileNotFoundError):
-            segment.unlink()
+def _start_reaper(server_pid: int, shm_prefix: str, workdir: Path, grace_s: float) -> subprocess.Popen:
+    """serving/reaper.py, run as a file (standard library only, no site packages: it starts in milliseconds), in a
+    session of its own so that neither a Ctrl-C to this terminal nor a kill of the server's group reaches it."""
+    script = Path(__file__).with_name("reaper.py")
+    arguments = [str(os.getpid()), str(server_pid), shm_prefix, str(workdir), str(grace_s)]
+    return subprocess.Popen(
+        [sys.executable, "-I", "-S", str(script), *arguments], stdin=subprocess.DEVNULL, start_new_session=True
+    )
 
 
 def _read_tail(path: Path, max_lines: int, max_bytes: int = 256_000) -> str:
@@ -268,6 +274,7 @@ class _Running:
     watchdog: StubWatchdog | None = None
     guard: HttpGuard | None = None
     drain: Callable[[float], object] | None = None  # unloads the front models first (serving.drain)
+    reaper: subprocess.Popen | None = None  # stops the server if this process dies without doing it (serving.reaper)
     final_log_tail: str = ""
     returncode: int | None = None
     cleaned: bool = False
@@ -296,12 +303,18 @@ def _shutdown(running: _Running, graceful: bool = True) -> None:
             break
         time.sleep(0.05)
     running.returncode = process.wait()
+    if running.reaper is not None:  # it exits by itself once the group is gone
+        try:
+            running.reaper.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            running.reaper.kill()
+            running.reaper.wait()
     if running.guard is not None:
         running.guard.stop()
     if running.tee is not None:
         running.tee.join(timeout=5)
     running.log_handle.close()
-    _remove_shm(running.shm_prefix)
+    remove_shm(running.shm_prefix)
     running.final_log_tail = _read_tail(running.log_path, 200)
     shutil.rmtree(running.workdir, ignore_errors=True)
     running.cleaned = True
@@ -454,6 +467,8 @@ class EmbeddedTriton:
             shutil.rmtree(workdir, ignore_errors=True)
             raise
         running = _Running(process, workdir, log_path, log_handle, self.shm_prefix, opts.exit_timeout_s, guard=guard)
+        if opts.die_with_parent:
+            running.reaper = _start_reaper(process.pid, self.shm_prefix, workdir, opts.exit_timeout_s)
         if opts.stream_log:
             running.tee = threading.Thread(
                 target=_tee, args=(process.stdout, log_handle), name="tritonserver-log", daemon=True

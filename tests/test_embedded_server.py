@@ -26,7 +26,6 @@ from tritonclient.utils import InferenceServerException
 from serving.backend_dir import build_backend_directory
 from serving.embedded import (
     CONTROL_KEY_HEADER,
-    SHM_ROOT,
     EmbeddedTriton,
     PortInUseError,
     ServerError,
@@ -35,6 +34,7 @@ from serving.embedded import (
     process_group_members,
 )
 from serving.ort_backend import batching, session_config
+from serving.reaper import SHM_ROOT
 from serving.repository import RepositoryError, require_servable
 from serving.wheel import TritonWheel
 
