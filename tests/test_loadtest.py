@@ -148,6 +148,20 @@ def test_make_loadtest_fails_when_p99_is_over_the_limit(triton, tmp_path):
     assert json.loads((out / "summary.json").read_text())["passed"] is False
 
 
+def test_requests_the_server_refuses_are_counted_as_failures(triton, tmp_path):
+    """NUM_BEAMS 9 is out of translate's range [1, 8]: every request is refused with 400 / INVALID_ARGUMENT, and
+    locust must count each one, over both protocols, for the run to fail on its failure ratio."""
+    settings = {"DURATION": "3s", "USERS": "2", "MIX": "translate:1", "NUM_BEAMS": "9", "PARAGRAPHS": "0"}
+    run = make_loadtest(triton, tmp_path, 90, **settings)
+    assert run.returncode != 0
+    assert "FAIL: failure ratio 1.0000" in run.stdout, run.stdout[-2000:]
+    (out,) = list(tmp_path.iterdir())
+    rows = json.loads((out / "summary.json").read_text())["rows"]
+    per_protocol = [row for row in rows if row["name"] != "Aggregated"]
+    assert {row["type"] for row in per_protocol} == {"grpc", "http"}
+    assert all(row["requests"] > 0 and row["failures"] == row["requests"] for row in per_protocol), per_protocol
+
+
 def test_mix_texts_and_verdict():
     assert parse_mix("sentiment:6,translate:3") == {
         "sentiment": 6.0,

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 from serving.embedded import EmbeddedTriton, process_group_members
 from serving.watchdog import find_stubs
@@ -47,6 +48,15 @@ def infer(client, model: str, inputs: list, timeout_s: float = 60.0):
     if isinstance(client, grpcclient.InferenceServerClient):
         return client.infer(model, inputs, client_timeout=timeout_s)
     return client.infer(model, inputs)
+
+
+def outcome(client, model: str, inputs: list, timeout_s: float = 60.0) -> str:
+    """ "ok", or the error the request got as "status: message"."""
+    try:
+        infer(client, model, inputs, timeout_s)
+    except InferenceServerException as err:
+        return f"{err.status()}: {err.message()}"
+    return "ok"
 
 
 def stub_pids(server: EmbeddedTriton) -> dict[int, str]:
