@@ -9,7 +9,20 @@ import time
 
 import pytest
 
-from benchmarks import checks, cpu_share, data, generation, report, run, runtime, serving, threads, translation
+from benchmarks import (
+    checks,
+    cpu_share,
+    data,
+    generation,
+    queue_policy,
+    report,
+    run,
+    runtime,
+    serving,
+    streams,
+    threads,
+    translation,
+)
 from benchmarks.ctranslate2_baseline import read_test_sentences
 from benchmarks.onnx_variants import rope_path_nodes
 from benchmarks.profiles import REPOSITORY, SECTIONS, profile
@@ -440,3 +453,38 @@ def test_cores_during_reads_the_cpu_used_up_to_the_end_of_the_load(monkeypatch):
 
     _, cores = cpu_share.cores_during(spin, interval_s=60.0)
     assert cores["this test"] > 0.5
+
+
+def test_stream_rates_count_growth_after_the_first_minute_and_compare_the_last_minute_with_the_first():
+    # (seconds, streams so far, tritonserver MB): 100 streams/s for two minutes, then 50/s; +1 MB after minute 1
+    samples = [(10.0 * i, 1000 * i, 50.0) for i in range(1, 13)]
+    samples += [(10.0 * i, 12000 + 500 * (i - 12), 50.0 + (i - 12) / 6) for i in range(13, 19)]
+    result = streams.rates(samples)
+    assert result["streams"] == 15000
+    assert result["first_minute_per_s"] == 100.0 and result["last_minute_per_s"] == 50.0
+    assert result["rate_ratio"] == 0.5
+    assert result["bytes_per_stream"] == round(1024 * 1024 / (15000 - 6000))
+
+
+def test_queue_policy_variants_change_only_the_policy_and_the_instance_count(tmp_path):
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    expected = {  # variant: (max_queue_size, default_timeout_microseconds, max_queue_delay_microseconds)
+        "committed": (256, 1_000_000, 0),
+        "none": (0, 0, 0),
+        "size_only": (256, 0, 0),
+        "timeout_only": (0, 1_000_000, 0),
+        "committed_delay_1ms": (256, 1_000_000, 1000),
+    }
+    assert set(expected) == set(queue_policy.VARIANTS)
+    for variant, (size, timeout, delay) in expected.items():
+        repo = queue_policy.repository(tmp_path, variant, 1)
+        text = (repo / "sentiment" / "config.pbtxt").read_text()
+        config = text_format.Parse(text, model_config_pb2.ModelConfig())
+        batching = config.dynamic_batching
+        assert batching.default_queue_policy.max_queue_size == size, variant
+        assert batching.default_queue_policy.default_timeout_microseconds == timeout, variant
+        assert batching.max_queue_delay_microseconds == delay, variant
+        assert [group.count for group in config.instance_group] == [1], variant
+        assert (repo / "sentiment_encoder" / "config.pbtxt").exists()
