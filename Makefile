@@ -9,7 +9,7 @@ NGC_ORT_VERSION := 1.19.2
 PERF_ANALYZER := .cache/perf-analyzer
 DATA_DIR   ?= ../shared/data
 
-.PHONY: help venv repository serve test test-unit test-fast lint train-sentiment clean loadtest compose-config compose-test \
+.PHONY: help venv repository serve test test-tools test-unit test-fast lint train-sentiment clean loadtest compose-config compose-test \
         wheelhouse kubernetes-validate perf-analyzer bench
 
 help:  ## list the targets
@@ -46,13 +46,16 @@ lint: venv  ## ruff
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
-test: venv $(NGC_ORT)/.installed $(PERF_ANALYZER)/.installed repository lint wheelhouse  ## lint + the whole test suite (real Triton servers, and the compose stack: root)
+test-tools:  ## install the Debian tools the tests start (Prometheus, Docker engine, docker-compose, mmdebstrap; root)
+	@bash tests/tools.sh
+
+test: test-tools venv $(NGC_ORT)/.installed $(PERF_ANALYZER)/.installed repository lint wheelhouse  ## lint + the whole test suite (real Triton servers, and the compose stack: root)
 	$(PY) -m pytest -q
 
 test-unit: venv  ## the tests that start no server and export nothing (under a minute)
 	$(PY) -m pytest -q -m "not server and not compose and not export"
 
-test-fast: venv $(NGC_ORT)/.installed $(PERF_ANALYZER)/.installed repository lint  ## everything but the compose stack
+test-fast: test-tools venv $(NGC_ORT)/.installed $(PERF_ANALYZER)/.installed repository lint  ## everything but the compose stack
 	$(PY) -m pytest -q -m "not compose"
 
 train-sentiment: venv  ## train the sentiment model on all five sets into checkpoints/sentiment (~100 min, 2 cores)

@@ -1,6 +1,6 @@
 """Streamed answers: the pieces of one text's answer as the server produces them, from `<task>_stream`.
 
-A task whose definition says `stream = true` has a decoupled twin, `<task>_stream`, with the same inputs: it
+A task whose definition has a `[stream]` table has a decoupled twin, `<task>_stream`, with the same inputs: it
 answers with a stream of responses, each holding the text that became certain since the last one, the last one
 flagged final. Joined, the pieces equal the endpoint's non-streamed answer for the same settings.
 
@@ -39,7 +39,7 @@ def stream_model(task: str) -> tuple[str, str, Mapping[str, Option]]:
     """(the streaming twin's name, its text output, keyword -> option) for `task`."""
     definition = get_task(task)
     if definition.stream is None:
-        raise ValueError(f"{task} has no streaming twin (its definition does not say stream = true)")
+        raise ValueError(f"{task} has no streaming twin (its definition has no [stream] table)")
     return definition.stream.name, definition.stream.outputs[0].name, options_of(definition)
 
 
