@@ -39,10 +39,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from . import secret_args
 from .backend_dir import build_backend_directory
 from .control import http_status, repository_index
 from .drain import drain_front_models
 from .http_guard import DEFAULT_MAX_BODY_BYTES, HttpGuard
+from .processes import process_group_members
 from .reaper import remove_shm
 from .repository import require_servable
 from .watchdog import StubWatchdog
@@ -202,37 +204,6 @@ def _url_host(host: str) -> str:
     if host == "::":
         return "[::1]"
     return f"[{host}]" if ":" in host else host
-
-
-def process_group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes in process group ``pgid``, from /proc. The server's pgid is its pid."""
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()  # after "pid (comm) ": state ppid pgrp ...
-        if len(fields) > 2 and fields[2] == str(pgid).encode() and fields[0] != b"Z":  # empty: it just exited
-            members.append(int(entry))
-    return members
-
-
-def rss_mb(pid: int) -> float:
-    """Resident memory of one process, MB (0 once it is gone)."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), 0) / 1024
-    except OSError:
-        return 0.0
-
-
-def group_rss_mb(pgid: int) -> float:
-    """Resident memory of process group ``pgid`` (the server and its Python stubs), MB."""
-    return sum(rss_mb(pid) for pid in process_group_members(pgid))
 
 
 def _set_parent_death_signal() -> None:  # runs in the child between fork and exec
@@ -449,10 +420,14 @@ class EmbeddedTriton:
                 str(binary),
                 *opts.command_args(backend_dir, cache_dir, self.shm_prefix, self.control_key, guarded_port),
             ]
+            try:  # the control key stays off the command line, which every local user can read
+                command, environment = secret_args.hide(command, self.control_key, {**environment, **opts.env})
+            except secret_args.SecretArgumentsUnavailable as err:
+                raise ServerError(str(err)) from None
             process = subprocess.Popen(
                 command,
                 cwd=workdir,
-                env={**environment, **opts.env},
+                env=environment,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE if opts.stream_log else log_handle,
                 stderr=subprocess.STDOUT,
@@ -589,8 +564,5 @@ __all__: Sequence[str] = (
     "ServerError",
     "ServerOptions",
     "free_ports",
-    "group_rss_mb",
-    "rss_mb",
     "port_in_use",
-    "process_group_members",
 )

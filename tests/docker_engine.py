@@ -213,10 +213,12 @@ class DockerEngine:
         self.stop()
 
 
-BASE_IMAGE = "ropeserve-base:bookworm-py311"
+BASE_IMAGE = "ropeserve-base:bookworm-py311-cc"  # a new tag when BASE_PACKAGES changes
 PROMETHEUS_IMAGE = "ropeserve-base:prometheus"
-# What the CPU image needs of its base, as python:3.11-slim-bookworm has it (the stub embeds libpython3.11).
-BASE_PACKAGES = "python3.11,libpython3.11,python3.11-venv,ca-certificates"
+# What the CPU image needs of its base, as python:3.11-slim-bookworm has it (the stub embeds libpython3.11), and a
+# C compiler for the secret-args stage (python:3.11-slim gets it from apt there; no apt mirror is reachable from
+# containers here).
+BASE_PACKAGES = "python3.11,libpython3.11,python3.11-venv,ca-certificates,gcc,libc6-dev"
 
 
 def image_exists(engine: DockerEngine, image: str) -> bool:

@@ -6,6 +6,7 @@ plus unit tests of the backend's batching and config helpers, which need no serv
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -301,6 +302,17 @@ def test_stop_leaves_no_process_and_no_shm_and_guards_model_control(repo: Path) 
                 client.load_model("toy_onnx")
             client.load_model("toy_onnx", headers=server.control_headers("http"))
             infer_affine(client, httpclient, np.ones((1, 4), np.float32))
+            # The key is nowhere another local user can read it: not on any command line of the server's
+            # processes (Triton has it from a placeholder: serving/secret_args.py), nor in their environment
+            # blocks (the preload library wipes it), nor in the log.
+            readable = b""
+            for pid in process_group_members(server.pid):
+                for name in ("cmdline", "environ"):
+                    with contextlib.suppress(OSError):
+                        readable += Path(f"/proc/{pid}/{name}").read_bytes()
+            assert b"--ropeserve-secret-argument=" in Path(f"/proc/{server.pid}/cmdline").read_bytes()
+            assert server.control_key.encode() not in readable
+            assert server.control_key not in server.log_tail(2000)
         finally:
             client.close()
         with grpcclient.InferenceServerClient(server.grpc_url) as grpc_client:

@@ -22,7 +22,8 @@ from reliability_helpers import connect, copy_models, infer, outcome, stub_pids,
 from tritonclient.utils import InferenceServerException
 
 from clients import Client, RetryPolicy
-from serving.embedded import EmbeddedTriton, free_ports, process_group_members
+from serving.embedded import EmbeddedTriton, free_ports
+from serving.processes import process_group_members
 from serving.reaper import SHM_ROOT
 from serving.watchdog import command_line
 

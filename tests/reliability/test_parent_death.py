@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from reliability_helpers import REPOSITORY
 
-from serving.embedded import process_group_members
+from serving.processes import process_group_members
 from serving.reaper import SHM_ROOT
 
 ROOT = Path(__file__).resolve().parents[2]
