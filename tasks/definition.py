@@ -23,6 +23,9 @@ from typing import Any
 BUILTIN_DIR = Path(__file__).resolve().parent
 PATH_VARIABLE = "ROPESERVE_TASKS_PATH"  # more definition folders, os.pathsep-separated (a task of your own)
 TEXT_INPUT = "TEXT"  # every endpoint takes its texts as BYTES [N, 1] under this name
+# A front model's config parameters that carry its endpoint's `queue` (serving/frontends/waiting.py reads them).
+QUEUE_SIZE_PARAMETER = "queue_max_size"
+QUEUE_TIMEOUT_PARAMETER = "queue_timeout_s"
 TENSOR_TYPES = ("string", "int32", "int64", "fp32")
 
 
@@ -95,8 +98,8 @@ class Endpoint:
     outputs: tuple[Tensor, ...]
     max_batch_size: int
     instances: int
-    queue_size: int
-    queue_timeout_s: float
+    queue_size: int  # requests that may wait for a batching front model's worker (0: no queue of its own)
+    queue_timeout_s: float  # ... each for at most this long
     models: Mapping[str, OnnxModel]  # role -> model
     about: str = ""
     decoupled: bool = False  # answers with a stream of responses (Triton's decoupled transaction policy)
@@ -314,8 +317,12 @@ def _endpoint(
         "front", "outputs", "max_batch_size", "instances", "queue", "models", "about", "graphs", "threads",
         "precision",
     )  # fmt: skip
-    queue = r.sub("queue")
+    queue = r.sub("queue", optional=True)
     queue.check_known("max_size", "timeout_s")
+    queue_size = queue.get("max_size", int, 0)
+    queue_timeout_s = float(queue.get("timeout_s", (int, float), 0))
+    if queue.table and (queue_size < 1 or queue_timeout_s <= 0):
+        raise r.fail("queue", f"needs max_size >= 1 and timeout_s > 0, got {queue_size} and {queue_timeout_s:g}")
     models = dict(inherited)
     raw_models = r.sub("models", optional=True)
     for role, table in raw_models.table.items():
@@ -329,8 +336,8 @@ def _endpoint(
         outputs=_tensors(r, "outputs") if "outputs" in r.table or not outputs else outputs,
         max_batch_size=r.get("max_batch_size", int),
         instances=r.get("instances", int, 2),
-        queue_size=queue.get("max_size", int),
-        queue_timeout_s=float(queue.get("timeout_s", (int, float))),
+        queue_size=queue_size,
+        queue_timeout_s=queue_timeout_s,
         models=models,
         about=r.get("about", str, ""),
         graphs=r.get("graphs", str, ""),

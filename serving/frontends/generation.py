@@ -15,10 +15,10 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from export.tokenizer import EOS_ID, detokenize, strip_generated
-from serving.frontends.base import BatchTokenizer, Encoded, FrontModel
+from serving.frontends.base import BatchingFront, BatchTokenizer, Encoded
 
 
-class GenerationFront(FrontModel):
+class GenerationFront(BatchingFront):
     """Front model for an encoder-decoder task with options `max_new_tokens` and `num_beams`."""
 
     def __init__(self, pb: Any, args: dict) -> None:
