@@ -47,7 +47,7 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-from export.tokenizer import BOS, EOS, EOS_ID, UNK, detokenize, load_tokenizer
+from serving.text.tokenizer import BOS, EOS, EOS_ID, UNK, detokenize, load_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKPOINT = ROOT / "checkpoints" / "translate"

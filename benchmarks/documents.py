@@ -60,9 +60,9 @@ class Translator:
         self.max_new_tokens = next(o.default for o in registry()["translate"].options if o.keyword == "max_new_tokens")
 
     def __call__(self, texts: Sequence[str], mode: str, beams: int) -> list[str]:
-        from export.tokenizer import EOS_ID, detokenize
         from serving.engine.engine import Job
         from serving.frontends import sentences
+        from serving.text.tokenizer import EOS_ID, detokenize
 
         window = self.tokenizer.max_tokens - 1
         documents = [sentences.read(text, mode, window, self.tokenizer.token_ends) for text in texts]

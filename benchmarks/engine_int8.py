@@ -32,9 +32,9 @@ import onnxruntime as ort
 from export import seq2seq
 from export.generation import Decoding as Reference
 from export.step_export import export_step_graphs, quantize_graph
-from export.tokenizer import detokenize
 from serving.engine.engine import Engine, Job, Shapes
 from serving.engine.search import Decoding
+from serving.text.tokenizer import detokenize
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = ROOT.parent / "shared" / "data"

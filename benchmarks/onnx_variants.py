@@ -11,14 +11,14 @@ import torch
 from torch import nn
 
 from export.onnx_export import export_encoder_classifier
-from export.providers import inference_session
 from export.step_export import rope_path_nodes  # shared with the engine's int8 step graphs
 from serving.ort_backend.session_config import OrtSettings, available_cpus, session_options
+from serving.providers import inference_session
 
 
 def session(path: Path, threads: int | None = None) -> ort.InferenceSession:
     """An ORT session built with the same options the served backend uses (threads = usable cores), on CUDA
-    where onnxruntime-gpu has it, else the CPU (export/providers.py; ROPESERVE_ORT_PROVIDERS overrides)."""
+    where onnxruntime-gpu has it, else the CPU (serving/providers.py; ROPESERVE_ORT_PROVIDERS overrides)."""
     options = session_options(OrtSettings(intra_op_threads=threads or available_cpus()))
     return inference_session(path, options)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks import data, documents, generation, runtime, threads, translation
+from benchmarks import data, documents, generation, runtime, threads, translation_report
 from benchmarks.markdown import cell, table
 
 
@@ -186,7 +186,7 @@ def markdown(results: dict[str, Any]) -> str:
         "generation": _generation,
         "serving": _serving,
         "ceiling": _ceiling,
-        "translation": translation.markdown,
+        "translation": translation_report.markdown,
         "documents": documents.markdown,
     }
     for key, render in sections.items():

@@ -17,8 +17,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, is_dataclass
 from typing import Any, TextIO
 
-from tasks.definition import Option, Task, registry
-
 from .client import Client
 from .endpoints import endpoint
 from .errors import ClientError, ServerUnreachable
@@ -26,6 +24,7 @@ from .explain_cli import EXAMPLE as EXPLAIN_EXAMPLE
 from .explain_cli import add_explain_parser, explain_lines
 from .heatmap import HeatmapUnavailable
 from .retry import RetryPolicy
+from .task_definitions import Option, Task, registry
 from .transport import DEFAULT_TIMEOUT_S, TRANSPORTS
 
 EXIT_OK = 0

@@ -32,16 +32,18 @@ import functools
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Self, TypeVar
-
-from tasks.definition import get as get_task
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .endpoints import Endpoint, build_inputs, endpoint, endpoints, normalize_texts
 from .errors import ClientError, translated_errors
 from .explain import SentimentAttention, TranslationAlignment, explain_endpoint, explain_options
 from .retry import RetryPolicy, call_with_retry, call_with_retry_async
 from .streaming import grpc_stream, http_stream
+from .task_definitions import get as get_task
 from .transport import DEFAULT_TIMEOUT_S, normalize_url, transport_for
+
+if TYPE_CHECKING:
+    from typing import Self  # Python 3.11+; only read by type checkers, the SDK also runs on 3.10
 
 T = TypeVar("T")
 

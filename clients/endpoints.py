@@ -18,9 +18,8 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
-from tasks.definition import TEXT_INPUT, Option, Task, get, registry
-
 from .errors import BAD_RESPONSE, ClientError
+from .task_definitions import TEXT_INPUT, Option, Task, get, registry
 
 T = TypeVar("T")
 

@@ -13,9 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from tasks.definition import get as get_task
-
 from .endpoints import Endpoint, InferResultLike, as_text, endpoint, options_of, output_rows, text_decoder
+from .task_definitions import get as get_task
 
 
 @dataclass(frozen=True)

@@ -26,11 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from tasks.definition import Option
-from tasks.definition import get as get_task
-
 from .endpoints import option_tensor, options_of, text_tensor
 from .errors import BAD_RESPONSE, ClientError, translated_errors
+from .task_definitions import Option
+from .task_definitions import get as get_task
 
 FINAL = "triton_final_response"
 

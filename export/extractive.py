@@ -1,5 +1,5 @@
 """Extractive summaries: an encoder scores every token of the text, a span's score is the mean over its tokens,
-and the best-scoring span (export/spans.py) is the headline.
+and the best-scoring span (serving/text/spans.py) is the headline.
 
 The encoder starts from the summarize checkpoint's encoder (same tokenizer, already trained on LCSTS texts) and
 learns, on LCSTS, to rank each text's spans by how much of the reference headline they hold: the target is a
@@ -25,9 +25,9 @@ from export.checkpoint import CONFIG_FILE, load_weights, read_json, round_to_sto
 from export.data import Pair, read_summarization, seeded_split
 from export.metrics import lead_baseline, rouge_chars, rouge_l
 from export.model import Encoder, ModelConfig, _init_weights
-from export.spans import Candidates, candidates
-from export.tokenizer import load_tokenizer
 from export.training import TrainConfig, length_batches, pad_batch, train
+from serving.text.spans import Candidates, candidates
+from serving.text.tokenizer import load_tokenizer
 
 TEMPERATURE = 0.05  # on ROUGE-L F in [0, 1]: a span 0.1 better gets e² ≈ 7 times the target weight
 EXTRACTOR_FOLDER = "extractor"  # inside the summarize checkpoint

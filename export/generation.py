@@ -32,8 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from export.hypotheses import Hypotheses, repeated_ngram_tokens
 from export.model import KVCache, Seq2Seq
+from serving.engine.hypotheses import Hypotheses, repeated_ngram_tokens
 
 INITIAL_BEAM_SCORE = -1e9  # beams 1..k-1 at the first step (ORT: InitBeamState)
 

@@ -19,9 +19,9 @@ from export import seq2seq
 from export.checkpoint import write_json
 from export.data import DEFAULT_DATA_DIR
 from export.generation import DEFAULT_DECODING, Decoding
-from export.providers import inference_session
 from export.seq2seq_export import export_generator, generate_onnx
 from export.training import length_batches, pad_batch
+from serving.providers import inference_session
 
 
 def agreement(
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         path = export_generator(
             model, Path(tmp) / "generator.onnx", max_len=task.max_target_tokens + 1, **asdict(decoding)
         )
-        session = inference_session(path)  # CUDA where onnxruntime-gpu has it (export/providers.py)
+        session = inference_session(path)  # CUDA where onnxruntime-gpu has it (serving/providers.py)
         report = {
             "task": args.task,
             "onnxruntime": ort.__version__,

@@ -14,8 +14,8 @@ from export.checkpoint import CONFIG_FILE, load_weights, read_json, round_to_sto
 from export.data import LabelledText, negation_examples, sentiment_splits
 from export.heads import MaskedLanguageModel
 from export.model import ModelConfig, SentimentClassifier
-from export.tokenizer import UNK_ID, load_tokenizer, train_or_resume, train_tokenizer
 from export.training import TrainConfig, drop_tokens, length_batches, pad_batch, train
+from serving.text.tokenizer import UNK_ID, load_tokenizer, train_or_resume, train_tokenizer
 
 LABELS = ["negative", "positive"]  # index = class id
 # Negated reviews (label, text) the checkpoints are scored on: never part of the synthetic training templates

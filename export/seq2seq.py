@@ -38,8 +38,8 @@ from export.data import (
 from export.generation import DEFAULT_DECODING, Decoding
 from export.metrics import bleu_chrf, lead_baseline, rouge_chars
 from export.model import ModelConfig, Seq2Seq
-from export.tokenizer import BOS_ID, EOS_ID, detokenize, load_tokenizer, train_or_resume, train_tokenizer
 from export.training import TrainConfig, drop_tokens, length_batches, pad_batch, train
+from serving.text.tokenizer import BOS_ID, EOS_ID, detokenize, load_tokenizer, train_or_resume, train_tokenizer
 
 SOURCE_TOKENIZER, TARGET_TOKENIZER = "tokenizer.json", "target_tokenizer.json"
 

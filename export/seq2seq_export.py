@@ -20,7 +20,7 @@ inputs
 outputs
     sequences       int32  [batch, 1, max_length]  bos, then the generated tokens, then pad_id
                                                    filling; eos is never included. Strip position 0
-                                                   and cut at the first pad (`export.tokenizer.strip_generated`).
+                                                   and cut at the first pad (`serving.text.tokenizer.strip_generated`).
 
 max_length and num_beams are shape-[1] tensors that apply to the whole batch, so the generator is
 not batchable by Triton (config: max_batch_size 0); the front model batches and calls it once.
@@ -70,7 +70,7 @@ from torch import Tensor, nn
 from export.attention import KV, using_attention
 from export.model import Seq2Seq
 from export.onnx_export import OPSET, quiet_exporter
-from export.tokenizer import strip_generated
+from serving.text.tokenizer import strip_generated
 
 MS_DOMAIN = "com.microsoft"
 MIN_MAX_LENGTH = 3  # ORT's T5 beam search runs no decoder step with max_length 2 and then fails

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
-from export.tokenizer import UNK_ID
+from serving.text.tokenizer import UNK_ID
 
 
 @dataclass

@@ -13,12 +13,16 @@ This module needs only the standard library: the Python backend stubs, the clien
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10 (the SDK's oldest): the same parser as a package
+    import tomli as tomllib
 
 BUILTIN_DIR = Path(__file__).resolve().parent
 PATH_VARIABLE = "ROPESERVE_TASKS_PATH"  # more definition folders, os.pathsep-separated (a task of your own)

@@ -11,6 +11,7 @@ import pytest
 
 from benchmarks import (
     checks,
+    closed_loop,
     cpu_share,
     data,
     generation,
@@ -22,6 +23,7 @@ from benchmarks import (
     streams,
     threads,
     translation,
+    translation_report,
 )
 from benchmarks.ctranslate2_baseline import read_test_sentences
 from benchmarks.onnx_variants import rope_path_nodes
@@ -139,8 +141,8 @@ def test_smoke_run_writes_results(tmp_path, fake_data_dir):
     assert len(bars) == 8 and all(c in results["checks"] for c in bars)  # listed with the other bars
     for point in results["translation"]["served"]:  # the engine's stubs and the client threads did the work
         engine = point["servers"][translation.ENGINE_SERVER]
-        assert engine[f"{translation.CORES}stub translate"]["median"] > 0
-        assert engine[f"{translation.CORES}{translation.LOAD}"]["median"] > 0
+        assert engine[f"{closed_loop.CORES}stub translate"]["median"] > 0
+        assert engine[f"{closed_loop.CORES}{closed_loop.LOAD}"]["median"] > 0
         assert engine["answer_words_p50"]["median"] > 0  # the answers were read, not only timed
     certain = {s["beams"]: s["certain_text"] for s in results["translation"]["streaming"]}
     assert certain[1]["first_text_step_p50"] == 1  # greedy's first token is certain at once
@@ -442,7 +444,7 @@ def test_translation_bars_say_met_or_missed_with_the_numbers():
         "translate p99 at 16 clients not worse, engine ÷ today (beam 4)": False,
         "streaming TTFT ≤ 20% of full latency at 16 clients (beam 4)": False,
     }
-    markdown = "\n".join(translation.markdown(section))
+    markdown = "\n".join(translation_report.markdown(section))
     assert "- served ≥ 1.0× CTranslate2 offline (greedy): met, 1.25×" in markdown
     assert "- ≥ 2× today's served translate (beam 4): **missed**, 1.50×" in markdown
     assert "- p99 at 16 clients not worse (beam 4): **missed**, engine 300 ms vs today 250 ms" in markdown
@@ -504,3 +506,17 @@ def test_queue_policy_variants_change_only_the_bound_and_the_instance_count(tmp_
         assert (policy.max_queue_size, policy.default_timeout_microseconds) == (triton_size, triton_timeout), variant
         assert [group.count for group in config.instance_group] == [1], variant
         assert (repo / "sentiment_encoder" / "config.pbtxt").exists()
+
+
+def test_the_summary_table_is_what_the_result_files_give():
+    from benchmarks import summary
+
+    assert summary.main(["--check"]) == 0, "run `python -m benchmarks.summary`"
+    rows = [
+        {"variant": v, "instances": 1, "concurrency": 32, "p99_ms": p99}
+        for v, p99 in (("committed", 90), ("unbounded", 30))
+    ]
+    (over,) = summary.queue_bound_bars({"rows": rows})
+    assert over["value"] == 3.0 and not over["met"]  # a bar that fails shows as failed
+    with pytest.raises(ValueError, match="markers"):
+        summary.rewrite("# no markers", "| table |")

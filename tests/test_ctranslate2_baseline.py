@@ -14,7 +14,7 @@ import pytest
 from test_generation_parity import SENTENCES
 
 from benchmarks import ctranslate2_baseline as ct2
-from export.tokenizer import BOS, EOS, UNK
+from serving.text.tokenizer import BOS, EOS, UNK
 
 pytestmark = pytest.mark.export  # converts the checkpoint and runs the ONNX generator: seconds
 

@@ -8,7 +8,6 @@ import pytest
 from tokenizers import Tokenizer
 
 from export.seq2seq import TASKS
-from export.tokenizer import detokenize, settled_prefix, train_tokenizer
 from serving.frontends.base import (
     BatchTokenizer,
     Encoded,
@@ -20,6 +19,7 @@ from serving.frontends.base import (
     to_column,
 )
 from serving.frontends.sentiment import label_and_score
+from serving.text.tokenizer import detokenize, settled_prefix, train_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = ROOT.parent / "shared" / "data"

@@ -14,12 +14,12 @@ import pytest
 from tokenizers import Tokenizer
 
 from benchmarks.long_reviews import HOTEL_PRAISE, HOTEL_REVIEW, HOTEL_VERDICT
-from export.spans import candidates, window_candidates
-from export.tokenizer import BOS_ID, EOS_ID, UNK_ID
 from serving.frontends.base import BatchTokenizer
 from serving.frontends.sentiment import POOLING, SentimentFront, label_and_score
 from serving.frontends.summarize import SpanExtraction
 from serving.frontends.windows import MAX_WINDOWS, POOLINGS, pool, sentence_windows, window_rows
+from serving.text.spans import candidates, window_candidates
+from serving.text.tokenizer import BOS_ID, EOS_ID, UNK_ID
 
 ROOT = Path(__file__).resolve().parents[1]
 SENTIMENT_TOKENIZER = BatchTokenizer(Tokenizer.from_file(str(ROOT / "checkpoints/sentiment/tokenizer.json")), 128)

@@ -1,6 +1,6 @@
 """Which execution provider runs each ONNX graph.
 
-- The export, parity and benchmark tools (export/providers.py): CUDA first where onnxruntime-gpu has it, the CPU
+- The export, parity and benchmark tools (serving/providers.py): CUDA first where onnxruntime-gpu has it, the CPU
   otherwise (this machine: no GPU, so only the fallback and the override really run here); ROPESERVE_ORT_PROVIDERS
   overrides, and a provider this build lacks is a clear error rather than ONNX Runtime's warning.
 - The served models on the NGC image (model_repository/*/config.pbtxt): the CUDA execution provider, with the same
@@ -20,7 +20,7 @@ from google.protobuf import text_format
 from onnx import TensorProto, helper
 from tritonclient.grpc import model_config_pb2
 
-from export.providers import ENV_VAR, execution_providers, inference_session
+from serving.providers import ENV_VAR, execution_providers, inference_session
 
 ROOT = Path(__file__).resolve().parents[1]
 REPOSITORY = ROOT / "model_repository"
@@ -87,7 +87,7 @@ def test_the_benchmark_sessions_go_through_the_choice(monkeypatch, tiny_model):
 
 
 def test_no_tool_pins_its_own_providers():
-    """Every session in export/ and benchmarks/ is built by export/providers.py (serving/ has its own backend)."""
+    """Every session in export/ and benchmarks/ is built by serving/providers.py (serving/ has its own backend)."""
     offenders = [
         str(path.relative_to(ROOT))
         for folder in ("export", "benchmarks")

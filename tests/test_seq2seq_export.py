@@ -17,7 +17,7 @@ from export.seq2seq_export import (
     generate_onnx,
     subgraph_model,
 )
-from export.tokenizer import strip_generated
+from serving.text.tokenizer import strip_generated
 
 pytestmark = pytest.mark.export  # exports and runs ONNX generators: seconds each
 

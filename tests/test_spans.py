@@ -1,4 +1,4 @@
-"""Candidate spans of extractive summaries (export/spans.py): what training and the front model both rank."""
+"""Candidate spans of extractive summaries (serving/text/spans.py): what training and the front model both rank."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from export.spans import MAX_SPAN_CHARS, candidates, clauses, span_text, spans
-from export.tokenizer import BOS_ID, EOS_ID
+from serving.text.spans import MAX_SPAN_CHARS, candidates, clauses, span_text, spans
+from serving.text.tokenizer import BOS_ID, EOS_ID
 
 NEWS = (
     "面对撤资中国内地及香港的传言，李嘉诚希望用数字说话：长和系去年毛收入约4300亿港元，"

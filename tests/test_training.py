@@ -6,8 +6,8 @@ import random
 from export import build_repository, sentiment
 from export.data import LabelledText, dedupe_labelled, normalize_key, read_sentiment, seeded_split, sentiment_splits
 from export.onnx_export import count_ops
-from export.tokenizer import UNK_ID
 from export.train import main as train_main
+from serving.text.tokenizer import UNK_ID
 
 
 def test_reader_dedupes_and_drops_conflicting_labels(fake_data_dir):

@@ -40,10 +40,10 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from export.hypotheses import repeated_ngram_tokens
-from export.providers import inference_session
 from serving.engine import search
+from serving.engine.hypotheses import repeated_ngram_tokens
 from serving.engine.search import LOWEST, Decoding, best_candidates
+from serving.providers import inference_session
 
 TokenCallback = Callable[[list[int], bool], None]  # (newly stable tokens, final)
 
@@ -124,7 +124,7 @@ class Engine:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        # CUDA where this onnxruntime has it (export/providers.py). The caches live in NumPy between steps, and
+        # CUDA where this onnxruntime has it (serving/providers.py). The caches live in NumPy between steps, and
         # ORT's CUDA GroupQueryAttention takes float16/bfloat16 only, so on a GPU the float32 self-attention runs
         # on the CPU provider and the caches cross over every step: correct, not yet fast (not run here: no GPU).
         self.encoder = inference_session(encoder, options)

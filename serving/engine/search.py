@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from export.hypotheses import Hypotheses
+from serving.engine.hypotheses import Hypotheses
 
 INITIAL_BEAM_SCORE = np.float32(-1e9)  # beams 1..k-1 at the first step, so the beams differ
 LOWEST = np.finfo(np.float32).min

@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from export.tokenizer import UNK_ID  # torch-free, like the rest of the front models' imports
 from serving.frontends.metrics import FrontMetrics
 from serving.frontends.waiting import RequestQueue, Waiting, queue_bound
+from serving.text.tokenizer import UNK_ID
 from tasks.definition import TEXT_INPUT, Endpoint, Task
 from tasks.definition import load as load_task
 

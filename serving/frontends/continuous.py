@@ -30,13 +30,13 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from export.tokenizer import EOS_ID, detokenize, settled_prefix
 from serving.engine.engine import Engine, Job, Shapes
 from serving.engine.search import Decoding
 from serving.frontends import sentences
 from serving.frontends.base import BatchingFront, BatchTokenizer, InputError
 from serving.frontends.sentences import Document
 from serving.frontends.waiting import Waiting
+from serving.text.tokenizer import EOS_ID, detokenize, settled_prefix
 
 # Texts may wait for the running batch up to this many rows (sentences x beams) ahead of them; more is refused
 # (bounded latency). A request alone may hold at most this many rows, so it can be admitted when the engine is idle.

@@ -27,11 +27,11 @@ from typing import Any
 
 import numpy as np
 
-from export.tokenizer import BOS_ID, EOS_ID, PAD_ID, detokenize
 from serving.frontends.base import Encoded, InputError, to_column
 from serving.frontends.generation import GenerationFront
 from serving.frontends.sentences import split
 from serving.frontends.sentiment import SentimentFront
+from serving.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, detokenize
 
 
 def pad_tokens(rows: Sequence[Sequence[str]]) -> np.ndarray:

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from export.tokenizer import EOS_ID, detokenize, strip_generated
 from serving.frontends.base import BatchingFront, BatchTokenizer, Encoded
+from serving.text.tokenizer import EOS_ID, detokenize, strip_generated
 
 
 class GenerationFront(BatchingFront):

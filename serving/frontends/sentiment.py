@@ -106,7 +106,7 @@ def in_process_session(path: Path, threads: int) -> Any:
     """An ONNX Runtime session for a graph the front model runs itself; CUDA where this onnxruntime has it."""
     import onnxruntime as ort
 
-    from export.providers import inference_session
+    from serving.providers import inference_session
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads

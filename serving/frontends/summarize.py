@@ -2,7 +2,7 @@
 (MODE = "extractive"), picked by the span scorer (the model of role `extractor`, export/extractive.py).
 
 Extraction is one BLS call for all texts of a group: the scorer gives every token of [bos] + text + [eos] a score,
-a candidate span (export/spans.py, the same cut as in training) scores the mean over its tokens, and the best span
+a candidate span (serving/text/spans.py, the same cut as in training) scores the mean over its tokens, and the best span
 is the answer. The streaming twin sends an extractive answer whole, in one final response.
 
 A text longer than the scorer reads (158 tokens between [bos] and [eos]) is scored in windows of whole sentences
@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from export.spans import Candidates, candidates, window_candidates
 from serving.frontends.base import padded_width
 from serving.frontends.continuous import ContinuousFront
 from serving.frontends.generation import GenerationFront
 from serving.frontends.windows import sentence_windows
+from serving.text.spans import Candidates, candidates, window_candidates
 
 EXTRACTIVE = "extractive"
 # Scorer rows per BLS call: a request's texts are at most max_batch_size (64); their windows may be many more.

@@ -24,8 +24,8 @@ from typing import Protocol
 
 import numpy as np
 
-from export.tokenizer import UNK_ID  # torch-free
 from serving.frontends.sentences import Document, fit, split
+from serving.text.tokenizer import UNK_ID
 
 # A text is read in at most this many windows (sentiment: 4,096 tokens, about 7,000 Chinese characters of reviews): one
 # request of 64 such texts is already 2,048 encoder rows. The longest test review has 1,329 tokens (11 windows).

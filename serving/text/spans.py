@@ -16,7 +16,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from export.tokenizer import BOS_ID, EOS_ID, UNK_ID
+from serving.text.tokenizer import BOS_ID, EOS_ID, UNK_ID
 
 MAX_SPAN_CHARS = 30
 # A clause: text up to and including its closing punctuation (and a closing quote right after it).

@@ -1,0 +1,116 @@
+"""BENCHMARKS.md's opening table: every bar of every committed result file, its value, met or not, and the run.
+
+The bars come from the result files themselves: the ``checks`` a ``python -m benchmarks`` run evaluated, and for
+the runs of the single-purpose benchmarks (queue bound, streams, soak) the bars their issue set, computed here
+from their figures.
+
+    python -m benchmarks.summary           # rewrites the table between the markers in BENCHMARKS.md
+    python -m benchmarks.summary --check   # exit 1 when the committed table is not what the results give
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+DOCUMENT = ROOT / "BENCHMARKS.md"
+BEGIN = "<!-- summary: written by `python -m benchmarks.summary` from benchmarks/results/*.json -->"
+END = "<!-- summary end -->"
+
+
+def bar(name: str, value: float, limit: float, higher_is_better: bool = True) -> dict[str, Any]:
+    met = value >= limit if higher_is_better else value <= limit
+    return {"name": name, "value": value, "bar": limit, "higher_is_better": higher_is_better, "met": met}
+
+
+def queue_bound_bars(data: dict[str, Any]) -> list[dict[str, Any]]:
+    p99 = {(r["variant"], r["instances"]): r["p99_ms"] for r in data["rows"] if r["concurrency"] == 32}
+    instances = sorted(n for variant, n in p99 if variant == "committed" and ("unbounded", n) in p99)
+    ratio = {n: p99[("committed", n)] / p99[("unbounded", n)] for n in instances}
+    return [bar(f"queue bound: p99 at c=32 ÷ no bound, {n} front instance(s)", ratio[n], 1.5, False) for n in instances]
+
+
+def stream_bars(data: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for run in data["runs"]:
+        if run["cancelled"]:
+            continue  # what a cancelling third-party client does: documented, not a bar of ours
+        label = f"SDK streams over {run['protocol']}" + (", a fifth abandoned" if run["abandoned_share"] else "")
+        out.append(bar(f"{label}: tritonserver bytes a stream", run["bytes_per_stream"], 100, higher_is_better=False))
+        out.append(bar(f"{label}: stream rate, last minute ÷ first", run["rate_ratio"], 0.8))
+    return out
+
+
+def soak_bars(data: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        bar("soak: failures", data["failures"], 0, higher_is_better=False),
+        bar("soak: tritonserver growth over the second half (MB)", data["server_rss_second_half_mb"], 5,
+            higher_is_better=False),
+        bar("soak: throughput, last 10 min ÷ minutes 2–12", data["throughput_ratio"], 0.9),
+        bar("soak: p50, last 10 min ÷ minutes 2–12", data["p50_ratio"], 1.15, higher_is_better=False),
+    ]  # fmt: skip
+
+
+def bars_of(path: Path) -> list[dict[str, Any]]:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if "checks" in data:
+        return data["checks"]
+    if path.stem == "queue_policy":
+        return queue_bound_bars(data)
+    if path.stem == "streams":
+        return stream_bars(data)
+    if path.stem.startswith("soak_") and "server_rss_second_half_mb" in data:  # the hour-long soak's format
+        return soak_bars(data)
+    return []
+
+
+def run_label(path: Path) -> str:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    started = data.get("meta", {}).get("started", "")[:10]
+    return f"[{path.name}](benchmarks/results/{path.name})" + (f" {started}" if started else "")
+
+
+def table(results: Path = RESULTS) -> str:
+    lines = ["| comparison | value | bar | met | run |", "|---|---|---|---|---|"]
+    for path in sorted(results.glob("*.json")):
+        for b in bars_of(path):
+            sign = "≥" if b["higher_is_better"] else "≤"
+            lines.append(
+                f"| {b['name']} | {b['value']:.3g} | {sign} {b['bar']:g} | {'yes' if b['met'] else '**no**'} | "
+                f"{run_label(path)} |"
+            )
+    return "\n".join(lines)
+
+
+def rewrite(text: str, new_table: str) -> str:
+    """``text`` with the table between the markers replaced."""
+    if BEGIN not in text or END not in text:
+        raise ValueError(f"{DOCUMENT.name} lacks the summary markers {BEGIN!r} and {END!r}")
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{BEGIN}\n{new_table}\n{END}{tail}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.summary", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="only compare; exit 1 when BENCHMARKS.md differs")
+    args = parser.parse_args(argv)
+    text = DOCUMENT.read_text(encoding="utf-8")
+    expected = rewrite(text, table())
+    if args.check:
+        if expected != text:
+            print(f"{DOCUMENT.name}'s summary table is stale: run `python -m benchmarks.summary`", file=sys.stderr)
+            return 1
+        return 0
+    DOCUMENT.write_text(expected, encoding="utf-8")
+    print(f"wrote the summary table of {DOCUMENT.name}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,12 @@
+"""The task definitions the SDK reads (options, defaults, outputs): the copy bundled into the SDK's own package
+when it is installed alone (clients/pyproject.toml puts tasks/ there), else the repository's ``tasks`` package.
+
+Relative first: an installed SDK must not pick up some other top-level ``tasks`` of the user's environment.
+"""
+
+try:
+    from .tasks.definition import TEXT_INPUT, Option, Task, get, registry
+except ImportError:
+    from tasks.definition import TEXT_INPUT, Option, Task, get, registry
+
+__all__ = ["TEXT_INPUT", "Option", "Task", "get", "registry"]
