@@ -56,8 +56,8 @@ def soak_bars(data: dict[str, Any]) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-def bars_of(path: Path) -> list[dict[str, Any]]:
-    data = json.loads(path.read_text(encoding="utf-8"))
+def bars_of(path: Path, data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The bars of one result file (its parsed JSON ``data``)."""
     if "checks" in data:
         return data["checks"]
     if path.stem == "queue_policy":
@@ -69,8 +69,7 @@ def bars_of(path: Path) -> list[dict[str, Any]]:
     return []
 
 
-def run_label(path: Path) -> str:
-    data = json.loads(path.read_text(encoding="utf-8"))
+def run_label(path: Path, data: dict[str, Any]) -> str:
     started = data.get("meta", {}).get("started", "")[:10]
     return f"[{path.name}](benchmarks/results/{path.name})" + (f" {started}" if started else "")
 
@@ -78,11 +77,13 @@ def run_label(path: Path) -> str:
 def table(results: Path = RESULTS) -> str:
     lines = ["| comparison | value | bar | met | run |", "|---|---|---|---|---|"]
     for path in sorted(results.glob("*.json")):
-        for b in bars_of(path):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        label = run_label(path, data)
+        for b in bars_of(path, data):
             sign = "≥" if b["higher_is_better"] else "≤"
             lines.append(
                 f"| {b['name']} | {b['value']:.3g} | {sign} {b['bar']:g} | {'yes' if b['met'] else '**no**'} | "
-                f"{run_label(path)} |"
+                f"{label} |"
             )
     return "\n".join(lines)
 

@@ -75,6 +75,5 @@ def hide(command: list[str], secret: str, environment: dict[str, str]) -> tuple[
             hidden_count += 1
         shown.append(argument)
     if shown != command:
-        preload = hidden.get("LD_PRELOAD", "")
-        hidden["LD_PRELOAD"] = f"{library()}:{preload}" if preload else str(library())
+        hidden["LD_PRELOAD"] = ":".join(filter(None, [str(library()), hidden.get("LD_PRELOAD", "")]))
     return shown, hidden

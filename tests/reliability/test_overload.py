@@ -23,7 +23,7 @@ from tritonclient.utils import InferenceServerException
 
 from serving.frontends.continuous import MAX_QUEUED_ROWS
 from serving.frontends.continuous import QUEUE_FULL as ENGINE_FULL
-from serving.metrics import metric_values, scrape, settled
+from serving.metrics import settled_sums
 from serving.processes import group_rss_mb
 from tasks import registry
 
@@ -35,10 +35,10 @@ ARTICLE = (
 )
 
 
-def rejected_total(server, model: str, reason: str) -> float:
-    return sum(
-        metric_values(scrape(server.metrics_url), "ropeserve_rejected_requests_total", model=model, reason=reason)
-    )
+def rejected_total(server, model: str, at_least: int) -> float:
+    """The front model's count of requests it refused as overloaded, once the count settles."""
+    names = ["ropeserve_rejected_requests_total"]
+    return settled_sums(server.metrics_url, names, at_least, model=model, reason="overloaded")[0]
 
 
 async def _one(client, i: int, outcomes: list, model: str = MODEL, texts: list[str] = TEXTS) -> None:
@@ -116,8 +116,7 @@ def test_four_times_capacity_is_rejected_fast_and_bounded(start_server) -> None:
     # A bounded queue holds bounded memory.
     assert memory_after - memory_before < 300, (memory_before, memory_after)
     # The front model counts what it refused.
-    counted = settled(lambda: rejected_total(server, MODEL, "overloaded"), lambda n: n >= len(full))
-    assert counted == len(full)
+    assert rejected_total(server, MODEL, at_least=len(full)) == len(full)
     # And afterwards it serves as before.
     with connect(server, "grpc") as client:
         assert infer(client, MODEL, [text_input(grpc_aio, ["我爱你。"])]).as_numpy("TRANSLATION").shape == (1, 1)
@@ -149,5 +148,4 @@ def test_a_batching_front_refuses_what_would_wait_past_its_queue(start_server) -
     assert len(full) + len(late) == kinds["StatusCode.UNAVAILABLE"]
     assert full, "no request was refused for a full queue: the front model's queue is not bounded"
     assert accepted and statistics.median(full) < statistics.median(accepted)
-    counted = settled(lambda: rejected_total(server, "summarize", "overloaded"), lambda n: n >= len(full))
-    assert counted == len(full)
+    assert rejected_total(server, "summarize", at_least=len(full)) == len(full)
