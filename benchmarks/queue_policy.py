@@ -1,15 +1,15 @@
-"""What bounding the queue costs: `sentiment` under perf_analyzer with the committed bound (the front model's own
-queue), with no bound, and with Triton's ``default_queue_policy`` as the bound instead, at 1 and 2 front instances.
+"""What Triton 2.51's queue policy costs: `sentiment` under perf_analyzer with its committed queue bound, without
+one, and with each half of it, at 1 and 2 front instances.
 
 Triton 2.51's dynamic batcher, once a model has a ``default_queue_policy``, can leave a request that arrives while
-every instance is busy waiting out the scheduler's 500 ms idle wait; that is why the front models bound their queue
-themselves (serving/frontends/waiting.py). For each variant a repository of its own (`sentiment` and its encoder,
-the config rewritten), a fresh server, and perf_analyzer at each concurrency. The variants:
+every instance is busy waiting out the scheduler's 500 ms idle wait. This measures where that shows: for each
+variant a repository of its own (`sentiment` and its encoder, the config rewritten), a fresh server, and
+perf_analyzer at each concurrency (3 s windows, 3 of them). The variants:
 
-- ``committed``: as shipped (the front model's queue: at most 256 waiting requests, each for at most 1 s);
-- ``unbounded``: the front model's queue without its limit and timeout;
-- ``triton_policy``: unbounded in the front model, bounded by Triton's queue policy with the same limit and timeout
-  (how the front models were bounded before).
+- ``committed``: the shipped policy (at most 256 waiting requests, each for at most 1 s);
+- ``none``: no policy (an unbounded queue);
+- ``size_only`` / ``timeout_only``: each half of the policy alone;
+- ``committed_delay_1ms``: the policy with a 1 ms ``max_queue_delay_microseconds`` (does a batching delay wake it?).
 
     python -m benchmarks.queue_policy          # → benchmarks/results/queue_policy.json
 """
@@ -18,57 +18,43 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from google.protobuf import text_format
-from tritonclient.grpc import model_config_pb2
-
 from benchmarks import perf_analyzer
 from benchmarks.stats import machine
-from benchmarks.variant_repository import UNBOUNDED_QUEUE
 from loadtest.texts import load_texts
 from serving.embedded import EmbeddedTriton, ServerOptions, free_ports
-from tasks.definition import QUEUE_SIZE_PARAMETER, QUEUE_TIMEOUT_PARAMETER
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("sentiment", "sentiment_encoder")
-VARIANTS = ("committed", "unbounded", "triton_policy")
-
-
-def rewrite(text: str, variant: str, instances: int) -> str:
-    """The front model's config.pbtxt with the variant's queue bound and ``instances`` instances."""
-    config = text_format.Parse(text, model_config_pb2.ModelConfig())
-    parameters = config.parameters
-    if QUEUE_SIZE_PARAMETER not in parameters:
-        raise SystemExit("the sentiment config has no queue parameters: nothing to compare")
-    size, timeout_s = (
-        int(parameters[QUEUE_SIZE_PARAMETER].string_value),
-        float(parameters[QUEUE_TIMEOUT_PARAMETER].string_value),
-    )
-    if variant != "committed":
-        for key, value in UNBOUNDED_QUEUE.items():
-            parameters[key].string_value = value
-    if variant == "triton_policy":
-        policy = config.dynamic_batching.default_queue_policy
-        policy.max_queue_size = size
-        policy.timeout_action = model_config_pb2.ModelQueuePolicy.REJECT
-        policy.default_timeout_microseconds = round(timeout_s * 1_000_000)
-    del config.instance_group[:]
-    config.instance_group.add(count=instances, kind=model_config_pb2.ModelInstanceGroup.KIND_CPU)
-    return text_format.MessageToString(config)
+POLICY = re.compile(r"default_queue_policy \{[^}]*\}")
+VARIANTS = {
+    "committed": None,  # the config as generated from tasks/sentiment.toml
+    "none": "",
+    "size_only": "default_queue_policy {\n    max_queue_size: 256\n  }",
+    "timeout_only": "default_queue_policy {\n    default_timeout_microseconds: 1000000\n  }",
+    "committed_delay_1ms": r"\g<0>\n  max_queue_delay_microseconds: 1000",
+}
 
 
 def repository(root: Path, variant: str, instances: int) -> Path:
-    """A copy of the two models with the variant's queue bound and instance count."""
+    """A copy of the two models with the variant's policy and instance count."""
     repo = root / f"{variant}_{instances}"
     for model in MODELS:
         shutil.copytree(ROOT / "model_repository" / model, repo / model, symlinks=True)
     config = repo / "sentiment" / "config.pbtxt"
-    config.write_text(rewrite(config.read_text(), variant, instances))
+    text = config.read_text()
+    if not POLICY.search(text):
+        raise SystemExit(f"{config} has no default_queue_policy: nothing to compare")
+    if VARIANTS[variant] is not None:
+        text = POLICY.sub(VARIANTS[variant], text)
+    text = re.sub(r"instance_group \{\s*count: \d+", f"instance_group {{\n  count: {instances}", text, count=1)
+    config.write_text(text)
     return repo
 
 

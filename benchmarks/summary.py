@@ -1,7 +1,7 @@
 """BENCHMARKS.md's opening table: every bar of every committed result file, its value, met or not, and the run.
 
 The bars come from the result files themselves: the ``checks`` a ``python -m benchmarks`` run evaluated, and for
-the runs of the single-purpose benchmarks (queue bound, streams, soak) the bars their issue set, computed here
+the runs of the single-purpose benchmarks (streams, soak) the bars their issue set, computed here
 from their figures.
 
     python -m benchmarks.summary           # rewrites the table between the markers in BENCHMARKS.md
@@ -26,13 +26,6 @@ END = "<!-- summary end -->"
 def bar(name: str, value: float, limit: float, higher_is_better: bool = True) -> dict[str, Any]:
     met = value >= limit if higher_is_better else value <= limit
     return {"name": name, "value": value, "bar": limit, "higher_is_better": higher_is_better, "met": met}
-
-
-def queue_bound_bars(data: dict[str, Any]) -> list[dict[str, Any]]:
-    p99 = {(r["variant"], r["instances"]): r["p99_ms"] for r in data["rows"] if r["concurrency"] == 32}
-    instances = sorted(n for variant, n in p99 if variant == "committed" and ("unbounded", n) in p99)
-    ratio = {n: p99[("committed", n)] / p99[("unbounded", n)] for n in instances}
-    return [bar(f"queue bound: p99 at c=32 ÷ no bound, {n} front instance(s)", ratio[n], 1.5, False) for n in instances]
 
 
 def stream_bars(data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -60,8 +53,6 @@ def bars_of(path: Path, data: dict[str, Any]) -> list[dict[str, Any]]:
     """The bars of one result file (its parsed JSON ``data``)."""
     if "checks" in data:
         return data["checks"]
-    if path.stem == "queue_policy":
-        return queue_bound_bars(data)
     if path.stem == "streams":
         return stream_bars(data)
     if path.stem.startswith("soak_") and "server_rss_second_half_mb" in data:  # the hour-long soak's format

@@ -31,23 +31,17 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from google.protobuf import text_format
-from tritonclient.grpc import model_config_pb2
-
 from benchmarks import data
 from benchmarks.checks import check
 from benchmarks.closed_loop import TAIL_WORDS, closed_loop, start_server, with_cores
 from benchmarks.profiles import REPOSITORY, Profile
 from benchmarks.stats import cpu_flags, interleaved, summarize, summarize_runs
-from tasks.definition import QUEUE_SIZE_PARAMETER, QUEUE_TIMEOUT_PARAMETER
 
 DATASET = "translate_test"  # the key of benchmarks.data.FILES for the test file
 TASK = "translate"
 STREAM_MODEL = "translate_stream"
 GENERATOR_MODEL = "translate_generator"
 GENERATION_FRONT = "serving.frontends.generation:GenerationFront"
-# Its queue: what `translate` had while it ran on that front (a batching front bounds its own queue).
-VARIANT_QUEUE = {QUEUE_SIZE_PARAMETER: "64", QUEUE_TIMEOUT_PARAMETER: "5"}
 BATCH = 32
 BEAMS = (1, 4)
 CT2_FP32, CT2_INT8, BEAMSEARCH_OP, ENGINE = "ctranslate2_fp32", "ctranslate2_int8", "onnx_beamsearch", "engine"
@@ -258,14 +252,6 @@ def variant_definition(text: str) -> str:
     return out
 
 
-def with_front_queue(config_text: str) -> str:
-    """The front's config.pbtxt with the queue a batching front model needs (the engine's front has none)."""
-    config = text_format.Parse(config_text, model_config_pb2.ModelConfig())
-    for key, value in VARIANT_QUEUE.items():
-        config.parameters[key].string_value = value
-    return text_format.MessageToString(config)
-
-
 def build_variant(root: Path, repository: Path = REPOSITORY) -> Path:
     """A repository under ``root`` holding `translate` on the BeamSearch-op front and the generator it calls,
     made from the built repository: text files copied (the definitions rewritten), ONNX files symlinked."""
@@ -281,8 +267,6 @@ def build_variant(root: Path, repository: Path = REPOSITORY) -> Path:
             target.parent.mkdir(parents=True, exist_ok=True)
             if source.suffix == ".toml":
                 target.write_text(variant_definition(source.read_text(encoding="utf-8")), encoding="utf-8")
-            elif model == TASK and source.name == "config.pbtxt":
-                target.write_text(with_front_queue(source.read_text(encoding="utf-8")), encoding="utf-8")
             elif source.suffix == ".onnx":
                 target.symlink_to(source.resolve())
             else:

@@ -15,11 +15,9 @@ from tritonclient.grpc import model_config_pb2
 from benchmarks.profiles import REPOSITORY
 from serving.frontends.sentiment import IN_PROCESS_ENCODER
 from serving.ort_backend.session_config import available_cpus
-from tasks.definition import QUEUE_SIZE_PARAMETER, QUEUE_TIMEOUT_PARAMETER
 
 SENTIMENT_MODELS = ("sentiment", "sentiment_encoder")
-# "No queue bound", to measure what the bound costs: a limit and a timeout no benchmark reaches.
-UNBOUNDED_QUEUE = {QUEUE_SIZE_PARAMETER: "1000000", QUEUE_TIMEOUT_PARAMETER: "86400"}
+THROUGHPUT_QUEUE_SIZE = 4096  # a committed queue limit would reject requests at concurrency 32: raise it
 
 
 @dataclass(frozen=True)
@@ -29,7 +27,7 @@ class ServingVariant:
 
     batching: bool | None = None
     instances: int | None = None
-    queue_bound: bool = True  # False: the front model's queue without its limit and timeout
+    queue_policy: bool = True  # False: drop the committed default_queue_policy (queue limit and timeout)
     bls_encoder: bool = False  # True: the front model calls `sentiment_encoder` by BLS (no in-process encoder)
 
     @property
@@ -37,20 +35,23 @@ class ServingVariant:
         if self.bls_encoder:
             return "served_bls_encoder"
         if self.batching is None and self.instances is None:
-            return "served" if self.queue_bound else "served_without_queue_bound"
+            return "served" if self.queue_policy else "served_without_queue_policy"
         batching = {None: "", True: "batching_", False: "no_batching_"}[self.batching]
         return batching + (f"{self.instances}inst" if self.instances else "as_committed")
 
 
 def rewrite_config(text: str, variant: ServingVariant) -> str:
-    """A config.pbtxt with the variant's batching, instance count, threads per instance and queue bound (read and
-    written with Triton's own ModelConfig message)."""
+    """A config.pbtxt with the variant's batching, instance count and threads per instance, and a queue limit
+    high enough for throughput runs (read and written with Triton's own ModelConfig message)."""
     config = text_format.Parse(text, model_config_pb2.ModelConfig())
     if variant.batching is False:
         config.ClearField("dynamic_batching")
-    if not variant.queue_bound and QUEUE_SIZE_PARAMETER in config.parameters:
-        for key, value in UNBOUNDED_QUEUE.items():
-            config.parameters[key].string_value = value
+    if config.HasField("dynamic_batching"):
+        batching = config.dynamic_batching
+        if not variant.queue_policy:
+            batching.ClearField("default_queue_policy")
+        elif batching.default_queue_policy.max_queue_size:
+            batching.default_queue_policy.max_queue_size = THROUGHPUT_QUEUE_SIZE
     if variant.instances is not None:
         # Same thread budget for every instance count: n instances × (cores / n) intra-op threads each.
         if "intra_op_thread_count" in config.parameters:

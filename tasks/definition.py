@@ -27,9 +27,6 @@ except ModuleNotFoundError:  # Python 3.10 (the SDK's oldest): the same parser a
 BUILTIN_DIR = Path(__file__).resolve().parent
 PATH_VARIABLE = "ROPESERVE_TASKS_PATH"  # more definition folders, os.pathsep-separated (a task of your own)
 TEXT_INPUT = "TEXT"  # every endpoint takes its texts as BYTES [N, 1] under this name
-# A front model's config parameters that carry its endpoint's `queue` (serving/frontends/waiting.py reads them).
-QUEUE_SIZE_PARAMETER = "queue_max_size"
-QUEUE_TIMEOUT_PARAMETER = "queue_timeout_s"
 TENSOR_TYPES = ("string", "int32", "int64", "fp32")
 
 
@@ -102,8 +99,8 @@ class Endpoint:
     outputs: tuple[Tensor, ...]
     max_batch_size: int
     instances: int
-    queue_size: int  # requests that may wait for a batching front model's worker (0: no queue of its own)
-    queue_timeout_s: float  # ... each for at most this long
+    queue_size: int
+    queue_timeout_s: float
     models: Mapping[str, OnnxModel]  # role -> model
     about: str = ""
     decoupled: bool = False  # answers with a stream of responses (Triton's decoupled transaction policy)
@@ -321,12 +318,8 @@ def _endpoint(
         "front", "outputs", "max_batch_size", "instances", "queue", "models", "about", "graphs", "threads",
         "precision",
     )  # fmt: skip
-    queue = r.sub("queue", optional=True)
+    queue = r.sub("queue")
     queue.check_known("max_size", "timeout_s")
-    queue_size = queue.get("max_size", int, 0)
-    queue_timeout_s = float(queue.get("timeout_s", (int, float), 0))
-    if queue.table and (queue_size < 1 or queue_timeout_s <= 0):
-        raise r.fail("queue", f"needs max_size >= 1 and timeout_s > 0, got {queue_size} and {queue_timeout_s:g}")
     models = dict(inherited)
     raw_models = r.sub("models", optional=True)
     for role, table in raw_models.table.items():
@@ -340,8 +333,8 @@ def _endpoint(
         outputs=_tensors(r, "outputs") if "outputs" in r.table or not outputs else outputs,
         max_batch_size=r.get("max_batch_size", int),
         instances=r.get("instances", int, 2),
-        queue_size=queue_size,
-        queue_timeout_s=queue_timeout_s,
+        queue_size=queue.get("max_size", int),
+        queue_timeout_s=float(queue.get("timeout_s", (int, float))),
         models=models,
         about=r.get("about", str, ""),
         graphs=r.get("graphs", str, ""),

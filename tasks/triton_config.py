@@ -14,7 +14,7 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as pb
 
-from .definition import QUEUE_SIZE_PARAMETER, QUEUE_TIMEOUT_PARAMETER, TEXT_INPUT, Endpoint, OnnxModel, Task, Tensor
+from .definition import TEXT_INPUT, Endpoint, OnnxModel, Task, Tensor
 
 DATA_TYPES = {"string": pb.TYPE_STRING, "int32": pb.TYPE_INT32, "int64": pb.TYPE_INT64, "fp32": pb.TYPE_FP32}
 CPU_CONFIG = "cpu"
@@ -45,12 +45,10 @@ def front_config(task: Task, endpoint: Endpoint) -> str:
         entry.optional = True
     for tensor in endpoint.outputs:
         _add_tensor(config.output.add(), tensor)
-    # No Triton queue policy: in Triton 2.51 it can stall a request for 500 ms (serving/frontends/waiting.py).
-    # The front model bounds its own queue instead, from these parameters.
-    config.dynamic_batching.SetInParent()
-    if endpoint.queue_size:
-        config.parameters[QUEUE_SIZE_PARAMETER].string_value = str(endpoint.queue_size)
-        config.parameters[QUEUE_TIMEOUT_PARAMETER].string_value = f"{endpoint.queue_timeout_s:g}"
+    policy = config.dynamic_batching.default_queue_policy
+    policy.max_queue_size = endpoint.queue_size
+    policy.timeout_action = pb.ModelQueuePolicy.REJECT
+    policy.default_timeout_microseconds = round(endpoint.queue_timeout_s * 1_000_000)
     config.instance_group.add(count=endpoint.instances, kind=pb.ModelInstanceGroup.KIND_CPU)
     if endpoint.decoupled:
         config.model_transaction_policy.decoupled = True
@@ -60,15 +58,11 @@ def front_config(task: Task, endpoint: Endpoint) -> str:
         config.parameters["precision"].string_value = endpoint.precision
     options = ", ".join(o.input for o in task.options)
     optional = f" and optional {options} ({_limits(task)}: tasks/{task.source.name})" if options else ""
-    if endpoint.queue_size:
-        bound = (
-            f" At most {endpoint.queue_size} requests wait (shared by the instances); a full queue, or a request "
-            f"that waited {endpoint.queue_timeout_s:g} s, is refused with UNAVAILABLE (HTTP 503)."
-        )
-    else:
-        bound = " Texts go to the generation engine at once; it refuses what would queue past its row bound."
-    variant = f"Front model (Python backend): TEXT{optional}.{bound}" + (
-        " Decoupled: a stream of responses per request, the last flagged final." if endpoint.decoupled else ""
+    variant = (
+        f"Front model (Python backend): TEXT{optional}. At most "
+        f"{endpoint.queue_size} requests wait; a full queue, or a request that waited {endpoint.queue_timeout_s:g} s, "
+        "is refused at once (REJECT: UNAVAILABLE, HTTP 503)."
+        + (" Decoupled: a stream of responses per request, the last flagged final." if endpoint.decoupled else "")
     )
     return _header(task, endpoint.about, variant) + _text(config)
 

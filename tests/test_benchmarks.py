@@ -37,10 +37,10 @@ from serving.ort_backend.session_config import available_cpus
 
 CONFIG = """name: "sentiment"
 max_batch_size: 64
-dynamic_batching { }
+dynamic_batching {
+  default_queue_policy { max_queue_size: 16 timeout_action: REJECT }
+}
 instance_group [ { count: 2, kind: KIND_CPU } ]
-parameters { key: "queue_max_size", value: { string_value: "16" } }
-parameters { key: "queue_timeout_s", value: { string_value: "1" } }
 """
 
 
@@ -61,10 +61,10 @@ def test_variant_config_drops_batching_and_sets_instances():
     assert groups(config) == [(1, config.instance_group[0].KIND_CPU)]
 
 
-def test_variant_config_keeps_batching_and_the_queue_bound():
+def test_variant_config_keeps_batching_with_a_raised_queue_limit():
     with_threads = CONFIG + 'parameters { key: "intra_op_thread_count", value: { string_value: "1" } }\n'
     config = rewritten(ServingVariant(batching=True, instances=2), with_threads)
-    assert config.HasField("dynamic_batching") and config.parameters["queue_max_size"].string_value == "16"
+    assert config.dynamic_batching.default_queue_policy.max_queue_size > 16
     assert [count for count, _ in groups(config)] == [2]
 
 
@@ -183,17 +183,15 @@ def test_unknown_section_is_a_clear_error(capsys):
 
 
 def test_served_variant_keeps_the_committed_settings():
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2
-
-    assert rewritten(ServingVariant()) == text_format.Parse(CONFIG, model_config_pb2.ModelConfig())
-
-
-def test_variant_without_queue_bound_keeps_batching_and_lifts_the_limit_and_timeout():
-    config = rewritten(ServingVariant(queue_bound=False))
+    config = rewritten(ServingVariant())
     assert config.HasField("dynamic_batching") and [count for count, _ in groups(config)] == [2]
-    assert int(config.parameters["queue_max_size"].string_value) >= 100_000
-    assert float(config.parameters["queue_timeout_s"].string_value) >= 3600
+    policy = config.dynamic_batching.default_queue_policy
+    assert policy.max_queue_size > 16 and policy.timeout_action == policy.REJECT  # only the limit is raised
+
+
+def test_variant_without_queue_policy_keeps_batching():
+    config = rewritten(ServingVariant(queue_policy=False))
+    assert config.HasField("dynamic_batching") and not config.dynamic_batching.HasField("default_queue_policy")
 
 
 def test_train_step_benchmark_prints_both_modes(capsys):
@@ -332,20 +330,8 @@ def test_translation_variant_serves_translate_on_the_beamsearch_op(tmp_path):
     after = tomllib.loads((repo / "translate/1/translate.toml").read_text(encoding="utf-8"))
     before["endpoint"].pop("front"), after["endpoint"].pop("front")
     assert after == before  # nothing else changed
-    assert (repo / "translate_generator/config.pbtxt").read_bytes() == (
-        source / "translate_generator/config.pbtxt"
-    ).read_bytes()
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2
-
-    configs = [
-        text_format.Parse((root / "translate/config.pbtxt").read_text(), model_config_pb2.ModelConfig())
-        for root in (source, repo)
-    ]
-    assert "queue_max_size" not in configs[0].parameters  # the engine's front has no queue; a batching front needs one
-    for key, value in translation.VARIANT_QUEUE.items():
-        configs[0].parameters[key].string_value = value
-    assert configs[1] == configs[0]  # and nothing else changed
+    for relative in ("translate/config.pbtxt", "translate_generator/config.pbtxt"):
+        assert (repo / relative).read_bytes() == (source / relative).read_bytes()
     assert (repo / "translate_generator/1/model.onnx").is_symlink()
     assert (repo / "translate/1/encoder.onnx").is_symlink()
 
@@ -482,28 +468,26 @@ def test_stream_rates_count_growth_after_the_first_minute_and_compare_the_last_m
     assert result["bytes_per_stream"] == round(1024 * 1024 / (15000 - 6000))
 
 
-def test_queue_policy_variants_change_only_the_bound_and_the_instance_count(tmp_path):
+def test_queue_policy_variants_change_only_the_policy_and_the_instance_count(tmp_path):
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2
 
-    committed = text_format.Parse(
-        (REPOSITORY / "sentiment" / "config.pbtxt").read_text(), model_config_pb2.ModelConfig()
-    )
-    size = int(committed.parameters["queue_max_size"].string_value)
-    timeout_s = float(committed.parameters["queue_timeout_s"].string_value)
-    expected = {  # variant: (front queue limit, Triton policy's max_queue_size and timeout)
-        "committed": (size, 0, 0),
-        "unbounded": (1_000_000, 0, 0),
-        "triton_policy": (1_000_000, size, round(timeout_s * 1e6)),
+    expected = {  # variant: (max_queue_size, default_timeout_microseconds, max_queue_delay_microseconds)
+        "committed": (256, 1_000_000, 0),
+        "none": (0, 0, 0),
+        "size_only": (256, 0, 0),
+        "timeout_only": (0, 1_000_000, 0),
+        "committed_delay_1ms": (256, 1_000_000, 1000),
     }
     assert set(expected) == set(queue_policy.VARIANTS)
-    for variant, (front, triton_size, triton_timeout) in expected.items():
+    for variant, (size, timeout, delay) in expected.items():
         repo = queue_policy.repository(tmp_path, variant, 1)
         text = (repo / "sentiment" / "config.pbtxt").read_text()
         config = text_format.Parse(text, model_config_pb2.ModelConfig())
-        assert int(config.parameters["queue_max_size"].string_value) == front, variant
-        policy = config.dynamic_batching.default_queue_policy
-        assert (policy.max_queue_size, policy.default_timeout_microseconds) == (triton_size, triton_timeout), variant
+        batching = config.dynamic_batching
+        assert batching.default_queue_policy.max_queue_size == size, variant
+        assert batching.default_queue_policy.default_timeout_microseconds == timeout, variant
+        assert batching.max_queue_delay_microseconds == delay, variant
         assert [group.count for group in config.instance_group] == [1], variant
         assert (repo / "sentiment_encoder" / "config.pbtxt").exists()
 
@@ -512,11 +496,8 @@ def test_the_summary_table_is_what_the_result_files_give():
     from benchmarks import summary
 
     assert summary.main(["--check"]) == 0, "run `python -m benchmarks.summary`"
-    rows = [
-        {"variant": v, "instances": 1, "concurrency": 32, "p99_ms": p99}
-        for v, p99 in (("committed", 90), ("unbounded", 30))
-    ]
-    (over,) = summary.queue_bound_bars({"rows": rows})
-    assert over["value"] == 3.0 and not over["met"]  # a bar that fails shows as failed
+    run = {"protocol": "grpc", "abandoned_share": 0.0, "cancelled": False, "bytes_per_stream": 900, "rate_ratio": 0.9}
+    growth, rate = summary.stream_bars({"runs": [run]})
+    assert not growth["met"] and rate["met"]  # a bar that fails shows as failed
     with pytest.raises(ValueError, match="markers"):
         summary.rewrite("# no markers", "| table |")

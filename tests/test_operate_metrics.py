@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections import defaultdict
 from functools import partial
 from pathlib import Path
@@ -15,7 +13,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from serving.frontends import metrics as fm
-from serving.frontends.base import BatchingFront, FrontModel, InputError
+from serving.frontends.base import FrontModel, InputError
 from serving.metrics import metric_values, scrape, settled
 
 REPOSITORY = Path(__file__).resolve().parents[1] / "model_repository"
@@ -70,7 +68,7 @@ class FakeTensor:
 
 
 class FakeError:
-    INVALID_ARG, INTERNAL, UNAVAILABLE = "INVALID_ARG", "INTERNAL", "UNAVAILABLE"
+    INVALID_ARG, INTERNAL = "INVALID_ARG", "INTERNAL"
 
     def __init__(self, message: str, code: str) -> None:
         self.message, self.code = message, code
@@ -81,38 +79,7 @@ class FakeResponse:
         self.output_tensors, self.error = output_tensors, error
 
 
-class FakeSender:
-    """A request's response sender: keeps the one final response."""
-
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.response: FakeResponse | None = None
-
-    def send(self, response: FakeResponse, flags: int) -> None:
-        assert flags == FakePb.TRITONSERVER_RESPONSE_COMPLETE_FINAL and not self.done.is_set()
-        self.response = response
-        self.done.set()
-
-
-class FakeRequest(dict):
-    def __init__(self, tensors: dict) -> None:
-        super().__init__(tensors)
-        self.sender = FakeSender()
-
-    def get_response_sender(self) -> FakeSender:
-        return self.sender
-
-
-def answers(front: FrontModel, requests: list[FakeRequest]) -> list[FakeResponse]:
-    """Execute the requests and wait for the front model's worker to answer each of them."""
-    front.execute(requests)
-    for request in requests:
-        assert request.sender.done.wait(10), "a request was never answered"
-    return [request.sender.response for request in requests]
-
-
 class FakePb:
-    TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
     MetricFamily = FakeFamily
     Tensor = FakeTensor
     TritonError = FakeError
@@ -140,14 +107,10 @@ texts = ["hello"]
 """
 
 
-class EchoFront(BatchingFront):
-    """A front model whose task is 'count the characters'; 'boom' raises a server fault, 'hold' waits for the gate."""
-
-    gate = threading.Event()
+class EchoFront(FrontModel):
+    """A front model whose task is 'count the characters'; 'boom' raises a server fault."""
 
     def run_group(self, texts: list[str], options: tuple) -> list[tuple]:
-        if "hold" in texts:
-            assert self.gate.wait(10)
         if "boom" in texts:
             raise RuntimeError("boom")
         self.metrics.encoded([len(t) for t in texts], [len(t) > 5 for t in texts])
@@ -155,29 +118,22 @@ class EchoFront(BatchingFront):
 
 
 @pytest.fixture
-def front(tmp_path):
+def front(tmp_path) -> EchoFront:
     FakeFamily.created.clear()
     (tmp_path / "1").mkdir()
     (tmp_path / "1" / "echo.toml").write_text(ECHO_DEFINITION)
-    config = {
-        "name": "echo",
-        "max_batch_size": 8,
-        "output": [{"name": "LENGTH", "data_type": "TYPE_FP32"}],
-        "parameters": {"queue_max_size": {"string_value": "8"}, "queue_timeout_s": {"string_value": "1"}},
-    }
+    config = {"name": "echo", "output": [{"name": "LENGTH", "data_type": "TYPE_FP32"}]}
     args = {
         "model_config": json.dumps(config),
         "model_repository": str(tmp_path),
         "model_version": "1",
         "model_instance_name": "echo_0_0",
     }
-    echo = EchoFront(FakePb, args)
-    yield echo
-    echo.finalize()
+    return EchoFront(FakePb, args)
 
 
-def text_request(*texts: bytes) -> FakeRequest:
-    return FakeRequest({"TEXT": np.array([[t] for t in texts], dtype=np.object_)})
+def text_request(*texts: bytes) -> dict:
+    return {"TEXT": np.array([[t] for t in texts], dtype=np.object_)}
 
 
 def test_every_family_is_created_once_with_its_kind(front):
@@ -195,10 +151,10 @@ def test_execute_counts_requests_batch_tokens_truncations_and_rejections_by_reas
         text_request(b"abc", b"abcdefgh"),  # 2 texts, one longer than 5 "tokens"
         text_request(b""),  # empty_text
         text_request(b"\xff\xfe"),  # invalid_utf8
-        FakeRequest({"OTHER": np.zeros((1, 1))}),  # missing_input
+        {"OTHER": np.zeros((1, 1))},  # missing_input
         text_request(b"xyz"),
     ]
-    responses = answers(front, requests)
+    responses = front.execute(requests)
     assert [r.error is None for r in responses] == [True, False, False, False, True]
     created = FakeFamily.created
     front.metrics.flush()
@@ -214,7 +170,7 @@ def test_execute_counts_requests_batch_tokens_truncations_and_rejections_by_reas
 
 
 def test_a_server_fault_is_counted_as_internal_error(front):
-    responses = answers(front, [text_request(b"boom"), text_request(b"fine")])
+    responses = front.execute([text_request(b"boom"), text_request(b"fine")])
     assert all(r.error is not None and r.error.code == FakeError.INTERNAL for r in responses)  # same group
     front.metrics.flush()
     rejected = {m.labels["reason"]: sum(m.values) for m in FakeFamily.created[fm.REJECTED.name].metrics}
@@ -324,7 +280,7 @@ def test_a_failing_metrics_api_never_fails_the_model(front, capsys):
     metrics = fm.FrontMetrics(BrokenPb, "m", "m_0")
     assert not metrics.enabled and "custom metrics of m_0 disabled" in capsys.readouterr().err
     front.metrics = metrics
-    assert answers(front, [text_request(b"abc")])[0].error is None
+    assert front.execute([text_request(b"abc")])[0].error is None
     # a series that breaks later (an increment that raises) disables metrics the same way
     flaky = fm.FrontMetrics(FakePb, "m", "m_1", flush_period_s=3600)
     for series in flaky._series.values():
@@ -354,31 +310,3 @@ def test_metric_values_reads_exposition_text_as_prometheus_does():
     assert metric_values(text, "nv_inference_request_summary_us", quantile="0.5") == [10]
     assert metric_values(text, "nv_inference_request_summary_us_count") == [2]
     assert metric_values(text, "nv_inference_count", model="summarize") == []
-
-
-def test_a_full_queue_refuses_at_once_and_a_request_that_waited_too_long_when_its_turn_comes(front):
-    """The bounded queue of a batching front model: with the worker held, what does not fit is refused at
-    once with UNAVAILABLE; what waited past the timeout (1 s here) is refused when the worker gets to it."""
-    held = text_request(b"hold")
-    front.execute([held])
-    deadline = time.monotonic() + 5
-    while len(front.queue) and time.monotonic() < deadline:  # the worker took it and holds
-        time.sleep(0.01)
-    assert front.queue.max_size == 8
-    requests = [text_request(b"abc") for _ in range(10)]
-    front.execute(requests)
-    refused = [r for r in requests if r.sender.done.is_set()]
-    assert len(refused) == 2 and not held.sender.done.is_set()  # refused before the worker moved on
-    assert all(r.sender.response.error.code == FakeError.UNAVAILABLE for r in refused)
-    assert "echo is overloaded (8 requests are waiting)" in refused[0].sender.response.error.message
-    time.sleep(front.queue.timeout_s + 0.1)
-    EchoFront.gate.set()
-    for request in [held, *requests]:
-        assert request.sender.done.wait(10)
-    assert held.sender.response.error is None
-    stale = [r.sender.response.error for r in requests if all(r is not other for other in refused)]
-    assert len(stale) == 8 and all(e is not None and e.code == FakeError.UNAVAILABLE for e in stale)
-    assert "waited over 1 s" in stale[0].message
-    front.metrics.flush()
-    rejected = {m.labels["reason"]: sum(m.values) for m in FakeFamily.created[fm.REJECTED.name].metrics}
-    assert rejected["overloaded"] == 2 and rejected["queue_timeout"] == 8

@@ -33,7 +33,7 @@ def test_drift_is_reported_per_file(tmp_path):
     task = registry(())["translate"]
     triton_config.write(task, tmp_path)
     config = tmp_path / "translate" / "config.pbtxt"
-    config.write_text(config.read_text().replace("max_batch_size: 64", "max_batch_size: 65"))
+    config.write_text(config.read_text().replace("max_queue_size: 64", "max_queue_size: 65"))
     (tmp_path / "translate_generator" / "configs" / "cpu.pbtxt").unlink()
     assert sorted(triton_config.drift(task, tmp_path)) == [
         f"{config} differs from tasks/translate.toml",
@@ -54,12 +54,7 @@ def test_the_front_config_carries_every_option_as_an_optional_input_of_its_type(
         config = text_format.Parse(text, pb.ModelConfig())
         optional = {i.name: (i.data_type, list(i.dims)) for i in config.input if i.optional}
         assert optional == {name: (kind, [1]) for name, kind in expected.items()}
-        # The front model bounds its queue (serving/frontends/waiting.py); Triton's queue policy would stall it.
-        assert not config.dynamic_batching.HasField("default_queue_policy")
-        if task.endpoint.queue_size:
-            assert config.parameters["queue_max_size"].string_value == str(task.endpoint.queue_size)
-        else:
-            assert "queue_max_size" not in config.parameters
+        assert config.dynamic_batching.default_queue_policy.max_queue_size == task.endpoint.queue_size
     assert "optional SCALE, UNIT (defaults, ranges and choices: tasks/wordcount.toml)" in " ".join(
         line.lstrip("# ") for line in text.splitlines()
     )
@@ -100,11 +95,6 @@ BAD_DEFINITIONS = {
     ),
     "repeated choice": ("default = 4\nrange = [1, 8]", 'default = "a"\nchoices = ["a", "a"]', "distinct non-empty"),
     "empty choice": ("default = 4\nrange = [1, 8]", 'default = "a"\nchoices = ["a", ""]', "distinct non-empty"),
-    "a queue without room": (
-        "queue = { max_size = 16,",
-        "queue = { max_size = 0,",
-        "needs max_size >= 1 and timeout_s > 0",
-    ),
 }
 
 
@@ -170,10 +160,10 @@ texts = ["one two three", "four five"]
 TASK_MODULE = '''\
 """The word-count task: tokenize, let the ONNX model count the tokens, scale."""
 
-from serving.frontends.base import BatchingFront, BatchTokenizer
+from serving.frontends.base import BatchTokenizer, FrontModel
 
 
-class WordCountFront(BatchingFront):
+class WordCountFront(FrontModel):
     def __init__(self, pb, args):
         super().__init__(pb, args)
         self.tokenizer = BatchTokenizer.from_file(self.asset_dir / "tokenizer.json", max_tokens=32)

@@ -3,22 +3,17 @@
 Triton's dynamic batcher hands `execute()` several requests. A front model:
   1. reads and validates each request on its own (a bad one gets an error response, the
      others go on),
-  2. queues the valid ones, bounded (a batching front, :class:`BatchingFront`), or hands them to the
-     generation engine (serving/frontends/continuous.py),
-  3. tokenizes all texts of a batch in one call of the Rust tokenizer and runs the task (one call per
-     group of requests that share settings),
-  4. answers each request through its response sender, one final response per request, nothing dropped.
+  2. tokenizes all valid texts of the batch in one call of the Rust tokenizer,
+  3. runs the task (one BLS call per group of requests that share settings),
+  4. answers each request in order, one response per request, nothing dropped.
 """
 
 from __future__ import annotations
 
 import json
-import sys
-import threading
-import time
 import unicodedata
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +21,6 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from serving.frontends.metrics import FrontMetrics
-from serving.frontends.waiting import RequestQueue, Waiting, queue_bound
 from serving.text.tokenizer import UNK_ID
 from tasks.definition import TEXT_INPUT, Endpoint, Task
 from tasks.definition import load as load_task
@@ -217,6 +211,16 @@ class BatchTokenizer:
         return [len(enc.ids) for enc in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
 
 
+@dataclass
+class Job:
+    """One valid request: its texts and the settings that decide which BLS call it joins."""
+
+    index: int  # position of the request in the Triton batch
+    texts: list[str]
+    options: tuple = ()
+    results: list[Any] = field(default_factory=list)
+
+
 def version_folder(args: dict) -> Path:
     """The folder of a front model instance's version: model.py, the task definition and its assets."""
     return Path(args["model_repository"]) / str(args["model_version"])
@@ -295,9 +299,43 @@ class FrontModel:
         texts = decode_texts(tensor.as_numpy())
         return texts, self.parse_options(request, len(texts))
 
-    def send(self, sender: Any, response: Any) -> None:
-        """A request's one and final response."""
-        sender.send(response, flags=self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    # -- task specific -------------------------------------------------------------------
+    def run_group(self, texts: list[str], options: tuple[tuple[str, int | str], ...]) -> list[tuple]:
+        """Results for texts that share `options` ((keyword, value) pairs), one tuple of output values per text."""
+        raise NotImplementedError
+
+    # -- shared flow ---------------------------------------------------------------------
+    def execute(self, requests: list[Any]) -> list[Any]:
+        responses: list[Any] = [None] * len(requests)
+        groups: dict[tuple, list[Job]] = {}
+        self.metrics.requests(len(requests))
+        for i, request in enumerate(requests):
+            try:
+                job = Job(i, *self.read_request(request))
+                groups.setdefault(job.options, []).append(job)
+            except InputError as err:
+                responses[i] = self.error_response(str(err))
+                self.metrics.rejected(err.reason)
+        self.metrics.batch(sum(len(job.texts) for jobs in groups.values() for job in jobs))
+        for options, jobs in groups.items():
+            texts = [t for job in jobs for t in job.texts]
+            try:
+                results = self.run_group(texts, options)
+            except InputError as err:  # a group-level problem: tell each request of the group
+                for job in jobs:
+                    responses[job.index] = self.error_response(str(err))
+                    self.metrics.rejected(err.reason)
+                continue
+            except Exception as err:  # noqa: BLE001 - a server fault must answer, not hang the client
+                for job in jobs:
+                    responses[job.index] = self.internal_error_response(err)
+                continue
+            start = 0
+            for job in jobs:
+                rows = results[start : start + len(job.texts)]
+                start += len(job.texts)
+                responses[job.index] = self.ok_response(rows)
+        return responses
 
     def ok_response(self, rows: list[tuple]) -> Any:
         columns = list(zip(*rows)) if rows else [() for _ in self.outputs]
@@ -333,112 +371,6 @@ class FrontModel:
         if response.has_error():
             raise RuntimeError(f"{model}: {response.error().message()}")
         return {name: self.pb.get_output_tensor_by_name(response, name).as_numpy() for name in outputs}
-
-
-class BatchingFront(FrontModel):
-    """A front model that answers a batch of requests in one go; subclasses say how to run a group of texts that
-    share options (:meth:`run_group`).
-
-    ``execute()`` validates each request and puts it in the instance's bounded queue
-    (:mod:`serving.frontends.waiting`), then returns: the worker thread takes the oldest waiting requests, up to
-    ``max_batch_size`` texts, runs each group of requests that share settings in one call, and answers each
-    request through its response sender. A request that finds the queue full, or waited past the queue's
-    timeout, is refused with UNAVAILABLE (the SDK retries it).
-    """
-
-    requires_queue = True  # False: a subclass that queues no request without its queue parameters
-
-    def __init__(self, pb: Any, args: dict) -> None:
-        super().__init__(pb, args)
-        instances = sum(group.get("count", 1) for group in self.model_config.get("instance_group", [])) or 1
-        bound = queue_bound(self.parameters, instances, self.requires_queue)
-        self.queue = RequestQueue(*bound) if bound else None
-        self.max_rows = max(1, int(self.model_config.get("max_batch_size", 1)))
-        self._worker = threading.Thread(target=self._serve, name=f"{self.metrics.instance}-worker", daemon=True)
-        if self.queue is not None:
-            self._worker.start()
-
-    def finalize(self) -> None:
-        """The model is unloading: answer what still waits, then stop the worker."""
-        if self.queue is not None:
-            self.queue.close()
-            self._worker.join()
-        super().finalize()
-
-    def enqueue(self, valid: list[Waiting]) -> None:
-        """Queue valid requests for the worker; refuse at once those that find the queue full."""
-        if not valid:
-            return
-        if self.queue is None:
-            raise RuntimeError(f"{self.endpoint.name} has no queue (its task definition gives the endpoint none)")
-        for waiting in self.queue.put(valid):
-            self.refuse(waiting.sender, f"{self.queue.max_size} requests are waiting", "overloaded")
-
-    # -- task specific -------------------------------------------------------------------
-    def run_group(self, texts: list[str], options: tuple[tuple[str, int | str], ...]) -> list[tuple]:
-        """Results for texts that share `options` ((keyword, value) pairs), one tuple of output values per text."""
-        raise NotImplementedError
-
-    # -- shared flow ---------------------------------------------------------------------
-    def execute(self, requests: list[Any]) -> None:
-        self.metrics.requests(len(requests))
-        valid: list[Waiting] = []
-        for request in requests:
-            sender = request.get_response_sender()
-            try:
-                valid.append(Waiting(sender, *self.read_request(request)))
-            except InputError as err:
-                self.send(sender, self.error_response(str(err)))
-                self.metrics.rejected(err.reason)
-        self.enqueue(valid)
-        return None
-
-    def _serve(self) -> None:
-        """The worker thread: answer what waits, a batch at a time, until the queue is closed and empty."""
-        assert self.queue is not None
-        while (taken := self.queue.take(self.max_rows)) is not None:
-            batch, expired = taken
-            started = time.monotonic()
-            self.metrics.waited(started - waiting.arrived for waiting in batch + expired)
-            for waiting in expired:
-                self.refuse(waiting.sender, f"the request waited over {self.queue.timeout_s:g} s", "queue_timeout")
-            try:
-                self.answer(batch)
-            except Exception as err:  # noqa: BLE001 - a worker that dies would leave every later request hanging
-                print(f"ropeserve: {self.metrics.instance}: answering a batch failed: {err}", file=sys.stderr)
-            self.metrics.worked(time.monotonic() - started)
-
-    def answer(self, batch: list[Waiting]) -> None:
-        """Run each group of requests that share options, and answer every request once."""
-        groups: dict[tuple, list[Waiting]] = {}
-        for waiting in batch:
-            groups.setdefault(waiting.options, []).append(waiting)
-        self.metrics.batch(sum(len(waiting.texts) for waiting in batch))
-        for options, members in groups.items():
-            texts = [text for waiting in members for text in waiting.texts]
-            try:
-                results = self.run_group(texts, options)
-            except InputError as err:  # a group-level problem: tell each request of the group
-                for waiting in members:
-                    self.send(waiting.sender, self.error_response(str(err)))
-                    self.metrics.rejected(err.reason)
-                continue
-            except Exception as err:  # noqa: BLE001 - a server fault must answer, not hang the client
-                for waiting in members:
-                    self.send(waiting.sender, self.internal_error_response(err))
-                continue
-            start = 0
-            for waiting in members:
-                rows = results[start : start + len(waiting.texts)]
-                start += len(waiting.texts)
-                self.send(waiting.sender, self.ok_response(rows))
-
-    def refuse(self, sender: Any, why: str, reason: str) -> None:
-        """Refuse a request for overload: UNAVAILABLE (HTTP 503), which clients may retry."""
-        message = f"{self.endpoint.name} is overloaded ({why}); retry later"
-        error = self.pb.TritonError(message, self.pb.TritonError.UNAVAILABLE)
-        self.send(sender, self.pb.InferenceResponse(error=error))
-        self.metrics.rejected(reason)
 
 
 def to_column(values: Sequence[Any], dtype: Any) -> np.ndarray:

@@ -33,9 +33,8 @@ from tokenizers import Tokenizer
 from serving.engine.engine import Engine, Job, Shapes
 from serving.engine.search import Decoding
 from serving.frontends import sentences
-from serving.frontends.base import BatchingFront, BatchTokenizer, InputError
+from serving.frontends.base import BatchTokenizer, FrontModel, InputError
 from serving.frontends.sentences import Document
-from serving.frontends.waiting import Waiting
 from serving.text.tokenizer import EOS_ID, detokenize, settled_prefix
 
 # Texts may wait for the running batch up to this many rows (sentences x beams) ahead of them; more is refused
@@ -53,12 +52,7 @@ QUEUE_FULL = "the generation queue is full; retry later"
 METRICS_PERIOD_S = 0.5
 
 
-class ContinuousFront(BatchingFront):
-    """Texts go to the engine at once; a request a subclass answers whole (:meth:`answers_whole`) waits in the
-    batching front's queue instead, which only such a subclass needs."""
-
-    requires_queue = False
-
+class ContinuousFront(FrontModel):
     def __init__(self, pb: Any, args: dict) -> None:
         super().__init__(pb, args)
         cfg = self.task_config
@@ -159,14 +153,14 @@ class ContinuousFront(BatchingFront):
         self.metrics.requests(len(requests))
         final = self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         accepted = 0
-        whole: list[Waiting] = []  # requests a subclass answers whole: they wait in the queue
+        whole: dict[tuple, list[tuple[Any, list[str]]]] = {}  # options → (sender, texts) answered in one call
         for request in requests:
             sender = request.get_response_sender()
             try:
                 texts, options = self.read_request(request)
                 settings = dict(options)
                 if self.answers_whole(settings):
-                    whole.append(Waiting(sender, texts, options))
+                    whole.setdefault(options, []).append((sender, texts))
                     continue
                 documents = self.documents(texts, settings.get("split_sentences", "0"))
                 rows = sum(len(document.pieces) for document in documents) * settings["num_beams"]
@@ -208,9 +202,9 @@ class ContinuousFront(BatchingFront):
                     bulk=len(pieces) > INTERACTIVE_SENTENCES,
                 )
                 self.engine.submit(job)
-        self.enqueue(whole)
-        if accepted:
-            self.metrics.batch(accepted)
+        for options, group in whole.items():
+            accepted += self._answer_whole(group, dict(options))
+        self.metrics.batch(accepted)
         return None
 
     def documents(self, texts: list[str], mode: str) -> list[Document]:
@@ -236,16 +230,28 @@ class ContinuousFront(BatchingFront):
 
     def answers_whole(self, settings: dict[str, Any]) -> bool:
         """Whether a request with these settings is answered whole by :meth:`whole_answer` (a subclass's other
-        mode) rather than generated token by token: it waits in the queue, and those waiting together with the
-        same settings are answered in one call."""
+        mode) rather than generated token by token."""
         return False
 
     def whole_answer(self, texts: list[str], settings: dict[str, Any]) -> list[str]:
-        """One answer per text, for the requests :meth:`answers_whole` picks."""
+        """One answer per text, for the requests :meth:`answers_whole` picks: all of them with the same settings
+        in one call, so they batch as a front model's group does."""
         raise NotImplementedError
 
-    def run_group(self, texts: list[str], options: tuple[tuple[str, int | str], ...]) -> list[tuple]:
-        return [(answer,) for answer in self.whole_answer(texts, dict(options))]
+    def _answer_whole(self, group: list[tuple[Any, list[str]]], settings: dict[str, Any]) -> int:
+        """Answer each request of the group in one final response; the texts answered (0 on a fault)."""
+        texts = [text for _, request_texts in group for text in request_texts]
+        try:
+            answers = self.whole_answer(texts, settings)
+        except Exception as err:  # noqa: BLE001 - a server fault must answer every request, not hang them
+            for sender, _ in group:
+                sender.send(self.internal_error_response(err), flags=self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            return 0
+        start = 0
+        for sender, request_texts in group:
+            self.respond(sender, answers[start : start + len(request_texts)], True)
+            start += len(request_texts)
+        return len(texts)
 
     def respond(self, sender: Any, pieces: Sequence[str], final: bool) -> None:
         tensor = self.pb.Tensor(self.output, np.array([[p.encode("utf-8")] for p in pieces], dtype=np.object_))

@@ -1,6 +1,6 @@
 """`translate_explain` and `sentiment_explain`: the public endpoints' answers plus what the model attended to.
 
-Same input contract and validation as `translate` / `sentiment` (the shared flow of `base.BatchingFront`),
+Same input contract and validation as `translate` / `sentiment` (the shared flow of `base.FrontModel`),
 same answers (the same fast models produce them), plus tokens and attention matrices from the explain
 ONNX models of export/explain_export.py:
 

@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from serving.frontends.base import BatchingFront, BatchTokenizer, Encoded
+from serving.frontends.base import BatchTokenizer, Encoded, FrontModel
 from serving.text.tokenizer import EOS_ID, detokenize, strip_generated
 
 
-class GenerationFront(BatchingFront):
+class GenerationFront(FrontModel):
     """Front model for an encoder-decoder task with options `max_new_tokens` and `num_beams`."""
 
     def __init__(self, pb: Any, args: dict) -> None:

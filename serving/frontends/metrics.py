@@ -91,19 +91,6 @@ FIRST_TOKEN_SECONDS = MetricSpec(
     "Time from a text's arrival at the engine to its first generated token",
     buckets=SECONDS_BUCKETS,
 )
-# The batching front models' own queue (serving/frontends/waiting.py): Triton's queue time no longer shows it.
-FRONT_QUEUE_SECONDS = MetricSpec(
-    PREFIX + "queue_seconds",
-    "histogram",
-    "Time a request waited in a batching front model's queue before its batch ran (or it was refused as late)",
-    buckets=SECONDS_BUCKETS,
-)
-WORK_SECONDS = MetricSpec(
-    PREFIX + "work_seconds_total",
-    "counter",
-    "Time a batching front model's worker spent answering batches (Triton's compute time counts only execute(), "
-    "which queues them)",
-)
 # Documents: a text is read as sentences (translate) or as windows of sentences (sentiment, summarize).
 PIECES_BUCKETS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
 SENTENCES_PER_TEXT = MetricSpec(
@@ -132,8 +119,6 @@ ALL_METRICS = (
     ENGINE_STEPS,
     QUEUE_SECONDS,
     FIRST_TOKEN_SECONDS,
-    FRONT_QUEUE_SECONDS,
-    WORK_SECONDS,
     SENTENCES_PER_TEXT,
     WINDOWS_PER_TEXT,
 )
@@ -151,7 +136,6 @@ REJECT_REASONS = (
     "invalid_input",
     "internal_error",
     "overloaded",
-    "queue_timeout",
     "document_too_long",
 )
 
@@ -274,13 +258,6 @@ class FrontMetrics:
 
     def requests(self, count: int) -> None:
         self._add(REQUESTS, count)
-
-    def waited(self, seconds: Iterable[float]) -> None:
-        """Per request the worker took from the queue, how long it waited there."""
-        self._observe(FRONT_QUEUE_SECONDS, seconds)
-
-    def worked(self, seconds: float) -> None:
-        self._add(WORK_SECONDS, seconds)
 
     def batch(self, texts: int) -> None:
         """One execute() call tokenized ``texts`` valid texts together."""

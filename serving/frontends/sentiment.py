@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from serving.frontends.base import BatchingFront, BatchTokenizer, Encoded, length_buckets, padded_width
+from serving.frontends.base import BatchTokenizer, Encoded, FrontModel, length_buckets, padded_width
 from serving.frontends.windows import pool, softmax, window_rows
 
 IN_PROCESS_ENCODER = "encoder.onnx"
@@ -37,7 +37,7 @@ def label_and_score(logits: np.ndarray, labels: list[str]) -> list[tuple[str, fl
     return [(labels[k], float(probs[i, k])) for i, k in enumerate(best)]
 
 
-class SentimentFront(BatchingFront):
+class SentimentFront(FrontModel):
     def __init__(self, pb: Any, args: dict) -> None:
         super().__init__(pb, args)
         self.encoder = self.models["encoder"]

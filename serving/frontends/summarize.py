@@ -94,8 +94,6 @@ class SummarizeFront(SpanExtraction, GenerationFront):
 
 
 class SummarizeStreamFront(SpanExtraction, ContinuousFront):
-    requires_queue = True  # extractive requests wait in it
-
     def answers_whole(self, settings: dict[str, Any]) -> bool:
         return settings["mode"] == EXTRACTIVE
 
