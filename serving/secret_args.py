@@ -8,7 +8,7 @@ placeholder, with its value in an environment variable (which only the server's 
 a small library into tritonserver (``secret_args.c``) that swaps the value in before Triton's ``main()`` runs.
 
 The library is compiled once with the system's C compiler into the user's cache; the container images build it
-beside this file (``secret_args.so``).
+beside this file (``libsecret_args.so``: not ``secret_args.so``, which Python would import as this module).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 SOURCE = Path(__file__).with_name("secret_args.c")
-PREBUILT = Path(__file__).with_name("secret_args.so")
+PREBUILT = Path(__file__).with_name("libsecret_args.so")
 PLACEHOLDER = "--ropeserve-secret-argument="
 VARIABLE = "ROPESERVE_SECRET_ARGUMENT_"
 
