@@ -1,6 +1,10 @@
 """Closed-loop gRPC clients of `translate` and `translate_stream` for the served benchmark sections
 (benchmarks/translation.py, benchmarks/documents.py): each client thread sends one text per request and the next as
 soon as the answer is in; with the cores each process used while they ran.
+
+A request the server refuses for overload (UNAVAILABLE: the queue or the engine's backlog is full) is sent again
+after the SDK's backoff (clients/retry.py), as an application on the SDK would; its latency counts from the first
+send. Refusals are counted apart from errors: a refusal is the overload safeguard at work, an error is a fault.
 """
 
 from __future__ import annotations
@@ -17,11 +21,14 @@ from typing import Any
 
 from benchmarks.cpu_share import cores_during
 from benchmarks.stats import percentile
+from clients.errors import to_client_error
+from clients.retry import RetryPolicy
 
 OUTPUT = "TRANSLATION"
 REQUEST_TIMEOUT_S = 120.0
 CORES = "cores "  # prefix of a served point's CPU figures: "cores tritonserver", "cores stub translate", …
 LOAD = "load (this process)"  # the client threads
+RETRY = RetryPolicy()  # the SDK's default: what a refused request of an SDK user goes through
 # The answer lengths closed_loop reports: over all requests, and over those at or above the p99 latency.
 TAIL_WORDS = ("answer_words_p50", "slowest_answer_words_p50")
 
@@ -97,17 +104,20 @@ def closed_loop(
     seconds: float,
     warmup_s: float,
     stream: bool = False,
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """``clients`` threads, each with its own tritonclient gRPC client, sending one text per request and the next
     as soon as the answer is in, for ``warmup_s`` + ``seconds``; requests sent during the warm-up are not counted.
-    Throughput = counted requests / seconds; latencies from send to the (final) response, and with ``stream``
-    the time to the first non-empty piece. What makes the tail: the median answer length in words over all
-    requests and over those at or above the p99 latency."""
+    Throughput = counted requests / seconds; latencies from the first send to the (final) response, and with
+    ``stream`` the time to the first non-empty piece. What makes the tail: the median answer length in words over
+    all requests and over those at or above the p99 latency. ``refusals``: overload refusals that were retried;
+    ``errors``: requests that failed for good (refused after the SDK's last attempt included), the first one's
+    message in ``first_error``."""
     import tritonclient.grpc as grpcclient
 
     records: list[tuple[float, float, int]] = []  # (full latency, time to first piece, answer words)
     cycle = itertools.cycle(texts)  # shared: the texts go out in file order whatever the client count
-    errors = 0
+    errors = refusals = 0
+    first_error: list[str] = []
     lock = threading.Lock()
     clock: dict[str, float] = {}
 
@@ -118,12 +128,12 @@ def closed_loop(
     gate = threading.Barrier(clients, action=set_clock)
 
     def worker(index: int) -> None:
-        nonlocal errors
+        nonlocal errors, refusals
         client = grpcclient.InferenceServerClient(url)
         requests = itertools.count()
         outputs = [grpcclient.InferRequestedOutput(OUTPUT)]
         mine: list[tuple[float, float, int]] = []
-        failed = 0
+        failed = refused = 0
         try:
             try:
                 channel = _Stream(client) if stream else None
@@ -135,21 +145,33 @@ def closed_loop(
                 with lock:
                     text = next(cycle)
                 inputs = _inputs(text, beams, new_tokens)
-                try:
-                    if channel is not None:
-                        first, done, answer = channel.request(
-                            model, inputs, f"{index}-{next(requests)}", REQUEST_TIMEOUT_S
-                        )
-                    else:
-                        result = client.infer(model, inputs, outputs=outputs, client_timeout=REQUEST_TIMEOUT_S)
-                        first = done = time.perf_counter()
-                        answer = result.as_numpy(OUTPUT).reshape(-1)[0].decode("utf-8")
-                except Exception:  # noqa: BLE001 - counted and reported: a benchmark must not die on one failure
-                    failed += 1
-                    if channel is not None:
-                        with contextlib.suppress(Exception):
-                            channel.reopen()
-                    time.sleep(0.01)  # no busy loop against a server that refuses everything
+                answer = None
+                for attempt in itertools.count(1):
+                    try:
+                        if channel is not None:
+                            first, done, answer = channel.request(
+                                model, inputs, f"{index}-{next(requests)}", REQUEST_TIMEOUT_S
+                            )
+                        else:
+                            result = client.infer(model, inputs, outputs=outputs, client_timeout=REQUEST_TIMEOUT_S)
+                            first = done = time.perf_counter()
+                            answer = result.as_numpy(OUTPUT).reshape(-1)[0].decode("utf-8")
+                        break
+                    except Exception as error:  # noqa: BLE001 - counted and reported: a benchmark must not die
+                        known = to_client_error(error, url, REQUEST_TIMEOUT_S)
+                        if known is not None and RETRY.is_retryable(known) and attempt < RETRY.max_attempts:
+                            refused += 1
+                            time.sleep(RETRY.delay(attempt))
+                            continue
+                        failed += 1
+                        with lock:
+                            first_error[:] = first_error or [str(known or error)]
+                        if channel is not None:
+                            with contextlib.suppress(Exception):
+                                channel.reopen()
+                        time.sleep(0.01)  # no busy loop against a server that refuses everything
+                        break
+                if answer is None:
                     continue
                 if sent >= clock["measure_from"]:
                     mine.append((done - sent, first - sent, len(answer.split())))
@@ -161,6 +183,7 @@ def closed_loop(
             with lock:
                 records.extend(mine)
                 errors += failed
+                refusals += refused
 
     threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(clients)]
     for thread in threads:
@@ -170,19 +193,23 @@ def closed_loop(
     if not records:
         raise RuntimeError(
             f"no request to {model} was both sent in the {seconds:g} s window and answered, with {clients} clients "
-            f"({errors} errors); a window shorter than one answer's latency counts nothing"
+            f"({errors} errors{'; the first: ' + first_error[0] if first_error else ''}); a window shorter than one "
+            "answer's latency counts nothing"
         )
     full = [r[0] for r in records]
     p99 = percentile(full, 99)
-    out = {
+    out: dict[str, Any] = {
         "throughput": len(records) / seconds,
         "p50_ms": percentile(full, 50) * 1e3,
         "p99_ms": p99 * 1e3,
         "requests": len(records),
         "errors": errors,
+        "refusals": refusals,
         "answer_words_p50": statistics.median(r[2] for r in records),
         "slowest_answer_words_p50": statistics.median(r[2] for r in records if r[0] >= p99),
     }
+    if first_error:
+        out["first_error"] = first_error[0]
     if stream:
         ttft = [r[1] for r in records]
         out |= {

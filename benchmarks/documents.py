@@ -372,4 +372,11 @@ def markdown(section: dict[str, Any]) -> list[str]:
         f"{fair['documents']['throughput'] * FAIRNESS_SENTENCES:.0f} sentences/s).",
         "",
     ]
+    refusals = sum(p[name]["refusals"]["median"] for p in section["served"] for name in ("paragraphs", "singles"))
+    if refusals:
+        lines += [
+            f"Overload refusals, retried with the SDK's backoff (median per window, summed over the rows): "
+            f"{refusals:g}; the bound is the engine's backlog (serving/frontends/continuous.py, MAX_QUEUED_ROWS).",
+            "",
+        ]
     return lines

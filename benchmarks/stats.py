@@ -143,6 +143,14 @@ def cpu_flags() -> list[str]:
     return [f for f in CPU_FLAGS if f in flags]
 
 
-def summarize_runs(runs: list[dict[str, float]]) -> dict[str, dict[str, float]]:
-    """Repeated measurements that each report several numbers → one summary per number."""
-    return {key: summarize([run[key] for run in runs]) for key in runs[0] if isinstance(runs[0][key], int | float)}
+def summarize_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Repeated measurements that each report several numbers → one summary per number; a text a run reports (such
+    as its first error) is kept as the first run gave it."""
+    out: dict[str, Any] = {
+        key: summarize([run[key] for run in runs]) for key in runs[0] if isinstance(runs[0][key], int | float)
+    }
+    for run in runs:
+        for key, value in run.items():
+            if isinstance(value, str):
+                out.setdefault(key, value)
+    return out

@@ -152,11 +152,13 @@ def test_smoke_run_writes_results(tmp_path, fake_data_dir):
     documents = results["documents"]
     assert len(documents["bars"]) == 5 and all(c in results["checks"] for c in documents["bars"])
     for point in documents["served"]:  # the paragraphs were split into sentences and answered
-        assert point["paragraphs"]["errors"]["median"] == 0 and point["singles"]["errors"]["median"] == 0
+        for name in ("paragraphs", "singles"):  # overload refusals are retried as the SDK does; errors are faults
+            assert point[name]["errors"]["median"] == 0, point[name].get("first_error")
         assert _finite_positive(point["paragraphs"]["sentences_per_s"])
     assert documents["pieces_per_paragraph"] >= documents["sentences_per_paragraph"]
     fairness = documents["fairness"]
-    assert fairness["documents"]["requests"] > 0 and fairness["loaded"]["errors"] == 0
+    assert fairness["documents"]["requests"] > 0
+    assert fairness["loaded"]["errors"] == 0, fairness["loaded"].get("first_error")
 
     markdown = (tmp_path / "smoke.md").read_text(encoding="utf-8")
     headings = (
