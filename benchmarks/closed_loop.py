@@ -232,7 +232,7 @@ def with_cores(load: Callable[[], dict[str, float]]) -> dict[str, float]:
 
 def start_server(stack: contextlib.ExitStack, repository: Path, models: list[str]) -> Any:
     """The embedded server on free ports, serving `models` of `repository`, stopped when `stack` closes."""
-    from serving.embedded import EmbeddedTriton, ServerOptions, free_ports
+    from serving.launcher.embedded import EmbeddedTriton, ServerOptions, free_ports
 
     http, grpc, metrics = free_ports(3)
     options = ServerOptions(

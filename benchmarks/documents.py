@@ -86,7 +86,7 @@ class Translator:
 
 
 def quality(data_dir: Path, limit: int | None = None) -> dict[str, Any]:
-    from export.metrics import bleu_chrf
+    from export.scores import bleu_chrf
 
     pairs = test_pairs(data_dir)[:limit]
     translate = Translator()
@@ -376,7 +376,7 @@ def markdown(section: dict[str, Any]) -> list[str]:
     if refusals:
         lines += [
             f"Overload refusals, retried with the SDK's backoff (median per window, summed over the rows): "
-            f"{refusals:g}; the bound is the engine's backlog (serving/frontends/continuous.py, MAX_QUEUED_ROWS).",
+            f"{refusals:g}; the bound is the engine's backlog (serving/frontends/engine_front.py, MAX_QUEUED_ROWS).",
             "",
         ]
     return lines

@@ -4,7 +4,7 @@ The step graphs of the shipped translate and summarize checkpoints are exported 
 quantized there (export/step_export.py: `quantize_step_graphs`, MatMul weights int8, RoPE path float). For each
 precision the engine runs offline, in this thread, with every test source submitted at once:
 
-- translate: the Tatoeba zh→en test pairs, greedy and beam 4, 48 new tokens, BLEU and chrF (export.metrics
+- translate: the Tatoeba zh→en test pairs, greedy and beam 4, 48 new tokens, BLEU and chrF (export.scores
   `bleu_chrf`, as in the checkpoint's metrics.json);
 - summarize: the test split (or its first --summarize-limit texts), greedy and beam 4, 40 new tokens, ROUGE
   (`rouge_chars`).
@@ -30,10 +30,9 @@ from pathlib import Path
 import onnxruntime as ort
 
 from export import seq2seq
-from export.generation import Decoding as Reference
 from export.step_export import export_step_graphs, quantize_graph
-from serving.engine.engine import Engine, Job, Shapes
-from serving.engine.search import Decoding
+from serving.engine.config import EngineConfig
+from serving.engine.engine import Engine, Job
 from serving.text.tokenizer import detokenize
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,17 +54,14 @@ class Checkpoint:
         self.sources = [s for s, _ in seq2seq.encode_pairs(pairs, src_tok, self.target, self.spec)]
         self.references = [p.target for p in pairs]
         self.reference = config_scores(checkpoints / name) if limit is None else None
-        cfg = self.model.cfg
-        self.shapes = Shapes(cfg.n_decoder_layers, cfg.n_decoder_layers + int(cfg.copy), cfg.n_heads, cfg.head_dim)
-        ref = Reference.from_config(config)
-        self.decoding = Decoding(cfg.bos_id, cfg.eos_id, ref.length_penalty, ref.no_repeat_ngram_size)
+        self.config = EngineConfig.from_dict(config)
         fp32 = export_step_graphs(self.model, folder / name)
         int8 = tuple(path.with_name(path.stem + ".int8.onnx") for path in fp32)
         self.excluded = [quantize_graph(src, dst, **quant) for src, dst in zip(fp32, int8)]
         self.graphs = {"fp32": fp32, "int8": int8}
 
     def engine(self, precision: str, threads: int) -> Engine:
-        return Engine(*self.graphs[precision], self.shapes, self.decoding, threads=threads)
+        return Engine(*self.graphs[precision], self.config, threads=threads)
 
     def decode(self, engine: Engine, beams: int, sources: list[list[int]] | None = None) -> list[list[int]]:
         sources = self.sources if sources is None else sources

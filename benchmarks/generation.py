@@ -19,7 +19,7 @@ from benchmarks.profiles import CHECKPOINTS, REPOSITORY, Profile
 from benchmarks.stats import interleaved, summarize
 from export import seq2seq
 from export.data import Pair
-from export.generation import greedy
+from export.reference_search import greedy
 from export.seq2seq_export import generate_onnx
 from export.training import pad_batch
 from serving.ort_backend.session_config import available_cpus

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.profiles import ROOT
-from serving.wheel import TritonWheel
+from serving.launcher.wheel import TritonWheel
 
 DEFAULT_VENV = ROOT / ".cache" / "perf-analyzer"
 NEEDED_LIBS = {"libb64.so.0d": "libb64-*.so.0d", "libcudart.so.12": "libcudart-*.so.12*"}

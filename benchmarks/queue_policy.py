@@ -28,7 +28,7 @@ from typing import Any
 from benchmarks import perf_analyzer
 from benchmarks.stats import machine
 from loadtest.texts import load_texts
-from serving.embedded import EmbeddedTriton, ServerOptions, free_ports
+from serving.launcher.embedded import EmbeddedTriton, ServerOptions, free_ports
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("sentiment", "sentiment_encoder")

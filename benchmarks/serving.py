@@ -28,8 +28,8 @@ from benchmarks.profiles import REPOSITORY, Profile
 from benchmarks.stats import interleaved, percentile, summarize, summarize_runs
 from benchmarks.variant_repository import SENTIMENT_MODELS, ServingVariant, build
 from export.data import sentiment_splits
-from serving.embedded import EmbeddedTriton, ServerOptions, free_ports
 from serving.frontends.base import BatchTokenizer, length_buckets
+from serving.launcher.embedded import EmbeddedTriton, ServerOptions, free_ports
 
 SERVED = ServingVariant()  # the committed configs: "our endpoint" in the comparison with FastAPI
 KNOBS = tuple(ServingVariant(batching, instances) for instances in (1, 2) for batching in (True, False))

@@ -29,9 +29,9 @@ from typing import Any
 from benchmarks.stats import machine
 from clients import Client, ClientError
 from loadtest.texts import load_texts
-from serving.embedded import EmbeddedTriton, ServerOptions, free_ports
-from serving.processes import group_rss_mb, process_group_members, rss_mb
-from serving.watchdog import find_stubs
+from serving.launcher.embedded import EmbeddedTriton, ServerOptions, free_ports
+from serving.launcher.processes import group_rss_mb, process_group_members, rss_mb
+from serving.launcher.watchdog import find_stubs
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"

@@ -23,8 +23,8 @@ from typing import Any
 from benchmarks.stats import machine
 from clients import Client
 from loadtest.texts import load_texts
-from serving.embedded import EmbeddedTriton, ServerOptions, free_ports
-from serving.processes import rss_mb
+from serving.launcher.embedded import EmbeddedTriton, ServerOptions, free_ports
+from serving.launcher.processes import rss_mb
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_S = 10.0

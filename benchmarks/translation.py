@@ -41,7 +41,8 @@ DATASET = "translate_test"  # the key of benchmarks.data.FILES for the test file
 TASK = "translate"
 STREAM_MODEL = "translate_stream"
 GENERATOR_MODEL = "translate_generator"
-GENERATION_FRONT = "serving.frontends.generation:GenerationFront"
+GENERATION_FRONT = "serving.frontends.beam_search_op:BeamSearchOpFront"
+SPLIT_OPTION = "split_sentences"  # the engine's front reads it; the BeamSearch-op front reads texts whole
 BATCH = 32
 BEAMS = (1, 4)
 CT2_FP32, CT2_INT8, BEAMSEARCH_OP, ENGINE = "ctranslate2_fp32", "ctranslate2_int8", "onnx_beamsearch", "engine"
@@ -95,21 +96,13 @@ def cpu_info() -> dict[str, Any]:
 def load_engine(threads: int, max_rows: int, folder: Path | None = None) -> tuple[Any, Any]:
     """The engine as the `translate_stream` front model builds it from its version folder (step graphs,
     config.json), and that folder's source tokenizer."""
-    from serving.engine.engine import Engine, Shapes
-    from serving.engine.search import Decoding
+    from serving.engine.config import EngineConfig
+    from serving.engine.engine import Engine
     from serving.frontends.base import BatchTokenizer
 
     folder = Path(folder) if folder else REPOSITORY / STREAM_MODEL / "1"
     cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    model = cfg["model"]
-    layers = model["n_decoder_layers"]
-    shapes = Shapes(
-        layers, layers + int(model.get("copy", False)), model["n_heads"], model["d_model"] // model["n_heads"]
-    )
-    decoding = Decoding(
-        model["bos_id"], model["eos_id"], cfg.get("length_penalty", 1.0), cfg.get("no_repeat_ngram_size", 0)
-    )
-    engine = Engine(folder / "encoder.onnx", folder / "decoder.onnx", shapes, decoding, threads, max_rows)
+    engine = Engine(folder / "encoder.onnx", folder / "decoder.onnx", EngineConfig.from_dict(cfg), threads, max_rows)
     return engine, BatchTokenizer.from_file(folder / "tokenizer.json", cfg["max_tokens"])
 
 
@@ -229,8 +222,9 @@ def offline(profile: Profile, sentences: list[str], workdir: Path) -> list[dict[
 
 
 def variant_definition(text: str) -> str:
-    """The task definition with `translate` on the BeamSearch-op front (the setup the engine replaced): the
-    [endpoint] table's front line replaced; nothing else changes (checked by parsing the result)."""
+    """The task definition with `translate` on the BeamSearch-op front (the setup the engine replaced, which reads
+    every text whole): the [endpoint] table's front line replaced and the [options.split_sentences] table left
+    out; nothing else changes (checked by parsing the result)."""
     before = tomllib.loads(text)
     lines = text.splitlines(keepends=True)
     header = re.compile(r"^\s*\[")
@@ -243,12 +237,17 @@ def variant_definition(text: str) -> str:
         if re.match(r"^\s*front\s*=", lines[i]):
             lines[i] = f"front = {json.dumps(GENERATION_FRONT)}\n"  # a TOML basic string is a JSON string
             break
+    split = next((i for i, line in enumerate(lines) if line.strip() == f"[options.{SPLIT_OPTION}]"), None)
+    if split is not None:
+        end = next((i for i in range(split + 1, len(lines)) if header.match(lines[i])), len(lines))
+        del lines[split:end]
     out = "".join(lines)
     after = tomllib.loads(out)
     expected = json.loads(json.dumps(before))
     expected["endpoint"]["front"] = GENERATION_FRONT
+    expected.get("options", {}).pop(SPLIT_OPTION, None)
     if after != expected:
-        raise ValueError("rewriting the definition changed more than [endpoint] front")
+        raise ValueError("rewriting the definition changed more than [endpoint] front and the split option")
     return out
 
 

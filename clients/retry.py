@@ -72,7 +72,7 @@ class RetryPolicy:
         """Whether a second try could succeed where this one failed."""
         if isinstance(error, ServerUnreachable):
             return self.retry_unreachable
-        # A server that is draining (serving.drain) has unloaded its endpoints: another replica, or this one
+        # A server that is draining (serving.launcher.drain) has unloaded its endpoints: another replica, or this one
         # restarted, will answer. Triton says so with NOT_FOUND / 400 and this message.
         if self.retry_unreachable and DRAINING_MESSAGE in error.message:
             return True

@@ -40,7 +40,7 @@ MERGE_KEYS = {"containers": "name", "env": "name", "volumes": "name", "volumeMou
 
 def stop_seconds(exit_timeout: int) -> int:
     """The longest a launcher takes to stop: the front models drain (up to the exit timeout), then tritonserver
-    gets SIGTERM and up to the exit timeout again, plus 5 s (serving.embedded._shutdown)."""
+    gets SIGTERM and up to the exit timeout again, plus 5 s (serving.launcher.embedded._shutdown)."""
     return 2 * exit_timeout + 5
 
 

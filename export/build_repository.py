@@ -59,12 +59,12 @@ def encoder_classifier(task: Task, checkpoint: Path, destination: Path) -> Path:
 def seq2seq_generator(task: Task, checkpoint: Path, destination: Path) -> Path:
     """The BeamSearch generator, its length limit the top of the task's `max_new_tokens` range."""
     from export import seq2seq
-    from export.generation import Decoding
+    from export.reference_search import ReferenceSearch
     from export.seq2seq_export import export_generator
 
     model, config, _, _ = seq2seq.load(checkpoint)
     max_len = task.option("max_new_tokens").high + 1  # the start token counts
-    return export_generator(model, destination, max_len=max_len, **asdict(Decoding.from_config(config)))
+    return export_generator(model, destination, max_len=max_len, **asdict(ReferenceSearch.from_config(config)))
 
 
 def span_scorer(task: Task, checkpoint: Path, destination: Path) -> Path:

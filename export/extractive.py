@@ -23,8 +23,8 @@ from torch import Tensor, nn
 
 from export.checkpoint import CONFIG_FILE, load_weights, read_json, round_to_stored_precision, save_checkpoint
 from export.data import Pair, read_summarization, seeded_split
-from export.metrics import lead_baseline, rouge_chars, rouge_l
 from export.model import Encoder, ModelConfig, _init_weights
+from export.scores import lead_baseline, rouge_chars, rouge_l
 from export.training import TrainConfig, length_batches, pad_batch, train
 from serving.text.spans import Candidates, candidates
 from serving.text.tokenizer import load_tokenizer

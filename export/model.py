@@ -378,7 +378,7 @@ class Seq2Seq(nn.Module):
     """RoPE encoder-decoder: source ids [B, S] + target prefix [B, T] → next-token logits [B, T, V].
 
     `forward` is teacher forcing for training (tgt_in starts with bos); `encode` + `decode` with a
-    `KVCache` generate one token at a time (see export/generation.py). A `record`, when given,
+    `KVCache` generate one token at a time (see export/reference_search.py). A `record`, when given,
     receives every attention's probabilities (computed explicitly).
     """
 

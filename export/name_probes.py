@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from export import seq2seq
     from export.data import Pair
-    from export.generation import Decoding
+    from export.reference_search import ReferenceSearch
 
     for folder in args.checkpoints:
         model, config, source, target = seq2seq.load(folder)
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         ids = [s for s, _ in seq2seq.encode_pairs(pairs, source, target, seq2seq.TASKS["translate"])]
         for label, beams in (("beam 4", 4), ("greedy", 1)):
             outputs = seq2seq.generate_texts(
-                model, ids, target, 48, beams, f"names {label}", decoding=Decoding.from_config(config)
+                model, ids, target, 48, beams, f"names {label}", decoding=ReferenceSearch.from_config(config)
             )
             wrong = wrong_names(outputs)
             right = len(NAMED) - len(wrong)

@@ -18,7 +18,7 @@ from tqdm import tqdm
 from export import seq2seq
 from export.checkpoint import write_json
 from export.data import DEFAULT_DATA_DIR
-from export.generation import DEFAULT_DECODING, Decoding
+from export.reference_search import DEFAULT_SEARCH, ReferenceSearch
 from export.seq2seq_export import export_generator, generate_onnx
 from export.training import length_batches, pad_batch
 from serving.providers import inference_session
@@ -31,7 +31,7 @@ def agreement(
     max_new_tokens: int,
     num_beams: int,
     batch_size: int = 32,
-    decoding: Decoding = DEFAULT_DECODING,
+    decoding: ReferenceSearch = DEFAULT_SEARCH,
 ):
     """Fraction of rows where ONNX and PyTorch produce identical token sequences, plus timings."""
     same, seconds = 0, {"onnx": 0.0, "torch": 0.0}
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     _, test_pairs = task.reader(args.data_dir)
     test_pairs = test_pairs[: args.limit] if args.limit else test_pairs
     sources = [s for s, _ in seq2seq.encode_pairs(test_pairs, src_tok, tgt_tok, task)]
-    decoding = Decoding.from_config(config)
+    decoding = ReferenceSearch.from_config(config)
     with tempfile.TemporaryDirectory() as tmp:
         path = export_generator(
             model, Path(tmp) / "generator.onnx", max_len=task.max_target_tokens + 1, **asdict(decoding)

@@ -35,9 +35,9 @@ from export.data import (
     read_wmt,
     seeded_split,
 )
-from export.generation import DEFAULT_DECODING, Decoding
-from export.metrics import bleu_chrf, lead_baseline, rouge_chars
 from export.model import ModelConfig, Seq2Seq
+from export.reference_search import DEFAULT_SEARCH, ReferenceSearch
+from export.scores import bleu_chrf, lead_baseline, rouge_chars
 from export.training import TrainConfig, drop_tokens, length_batches, pad_batch, train
 from serving.text.tokenizer import BOS_ID, EOS_ID, detokenize, load_tokenizer, train_or_resume, train_tokenizer
 
@@ -141,7 +141,7 @@ def generate_texts(
     num_beams: int,
     desc: str = "generate",
     batch_size: int = 64,
-    decoding: Decoding = DEFAULT_DECODING,
+    decoding: ReferenceSearch = DEFAULT_SEARCH,
 ) -> list[str]:
     """Decode source ids with the PyTorch reference (greedy or beam), batched by length."""
     model.eval()
@@ -168,7 +168,7 @@ def run(
     lead_pretrain_minutes: float = 0.0,
     keep: str = "best",
     target_vocab: int | None = None,
-    decoding: Decoding = DEFAULT_DECODING,
+    decoding: ReferenceSearch = DEFAULT_SEARCH,
     token_dropout: float = 0.0,
     corpora: Sequence[str] = (),
     main_weight: int = 1,
@@ -371,7 +371,7 @@ def run(
         "model": asdict(model_cfg),
         "max_tokens": task.max_source_tokens,
         "shared_vocab": task.shared_vocab,
-        **asdict(decoding),  # read back by Decoding.from_config
+        **asdict(decoding),  # read back by ReferenceSearch.from_config
     }
     save_checkpoint(out_dir, model, config, metrics)
     src_tok.save(str(Path(out_dir) / SOURCE_TOKENIZER))

@@ -174,7 +174,7 @@ def quantize_graph(src: Path, dst: Path, keep_fp32: Sequence[str] = (), per_chan
 def quantize_step_graphs(folder: Path) -> tuple[Path, Path]:
     """Write encoder.int8.onnx and decoder.int8.onnx next to the float graphs in `folder`: MatMul weights int8
     (dynamic quantization of the activations), RoPE path float. The front model serves them with the Triton
-    parameter precision = "int8" (serving/frontends/continuous.py)."""
+    parameter precision = "int8" (serving/frontends/engine_front.py)."""
     folder = Path(folder)
     paths = folder / ENCODER_INT8_FILE, folder / DECODER_INT8_FILE
     for src, dst in zip((folder / ENCODER_FILE, folder / DECODER_FILE), paths):

@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     else:
         from export import seq2seq
-        from export.generation import Decoding
+        from export.reference_search import ReferenceSearch
 
         seq2seq.run(
             args.task,
@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
             lead_pretrain_minutes=args.lead_pretrain_minutes,
             keep=args.keep,
             target_vocab=args.target_vocab,
-            decoding=Decoding(args.length_penalty, args.no_repeat_ngram),
+            decoding=ReferenceSearch(args.length_penalty, args.no_repeat_ngram),
             token_dropout=args.token_dropout,
             corpora=corpora,
             main_weight=args.main_weight,

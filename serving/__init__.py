@@ -1,8 +1,11 @@
-"""Run the Triton model repository: the embedded ``tritonserver`` launcher and the ONNX Runtime backend.
+"""Serve the Triton model repository, in two kinds of process.
 
-One way to start the server, used by ``make serve`` (``python -m serving``), the tests and the benchmarks:
-:class:`serving.embedded.EmbeddedTriton`. Beside it: :mod:`serving.wheel` (the Triton files inside the
-``nvidia-pytriton`` wheel), :mod:`serving.backend_dir` (the ``--backend-directory`` layout),
-:mod:`serving.repository` (pre-start checks) and :mod:`serving.ort_backend` (the Python-based
-``onnxruntime`` backend that serves ``platform: "onnxruntime_onnx"`` models on CPU).
+- :mod:`serving.launcher`, on the host side: starts ``tritonserver`` (``python -m serving``, the one way, used by
+  ``make serve``, the images, the tests and the benchmarks), guards its HTTP port, watches its stubs, drains it on
+  stop and cleans up after it.
+- Everything else runs inside Triton's Python-backend stubs: :mod:`serving.frontends` (the front models),
+  :mod:`serving.engine` (continuous batching), :mod:`serving.text` (tokenizer rules, spans),
+  :mod:`serving.ort_backend` (the Python-based ``onnxruntime`` backend) and :mod:`serving.providers`.
+
+The two halves do not import each other (import-linter contracts in pyproject.toml).
 """

@@ -15,8 +15,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from .embedded import EmbeddedTriton, ServerError, ServerOptions
-from .repository import find_problems
+from .launcher.embedded import EmbeddedTriton, ServerError, ServerOptions
+from .launcher.repository import find_problems
 
 ENV_PREFIX = "ROPESERVE_"
 

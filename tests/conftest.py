@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from serving.embedded import EmbeddedTriton, ServerOptions, free_ports
+from serving.launcher.embedded import EmbeddedTriton, ServerOptions, free_ports
 from tasks import registry
 
 ROOT = Path(__file__).resolve().parents[1]

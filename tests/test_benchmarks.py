@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
 import time
+import tomllib
 
 import pytest
 
@@ -33,6 +35,7 @@ from benchmarks.variant_repository import ServingVariant, rewrite_config
 from export import seq2seq
 from export.data import read_sentiment
 from loadtest.texts import load_texts
+from serving.frontends.options import check_options
 from serving.ort_backend.session_config import available_cpus
 
 CONFIG = """name: "sentiment"
@@ -315,8 +318,6 @@ def _fake_translate_repository(root):
 
 
 def test_translation_variant_serves_translate_on_the_beamsearch_op(tmp_path):
-    import tomllib
-
     from serving.frontends.base import read_endpoint
 
     source = _fake_translate_repository(tmp_path / "source")
@@ -331,6 +332,7 @@ def test_translation_variant_serves_translate_on_the_beamsearch_op(tmp_path):
     before = tomllib.loads((source / "translate/1/translate.toml").read_text(encoding="utf-8"))
     after = tomllib.loads((repo / "translate/1/translate.toml").read_text(encoding="utf-8"))
     before["endpoint"].pop("front"), after["endpoint"].pop("front")
+    assert before["options"].pop(translation.SPLIT_OPTION) and translation.SPLIT_OPTION not in after["options"]
     assert after == before  # nothing else changed
     for relative in ("translate/config.pbtxt", "translate_generator/config.pbtxt"):
         assert (repo / relative).read_bytes() == (source / relative).read_bytes()
@@ -343,7 +345,14 @@ def test_translation_variant_refuses_a_definition_it_cannot_rewrite():
     with pytest.raises(ValueError, match="no \\[endpoint\\]"):
         translation.variant_definition(text.replace("[endpoint]\n", "[endpoints]\n"))
     with pytest.raises(ValueError, match="front"):
-        translation.variant_definition(text.replace('front = "serving.frontends.continuous', 'x = "'))
+        translation.variant_definition(text.replace('front = "serving.frontends.engine_front', 'x = "'))
+
+
+def test_translation_variant_fits_the_beamsearch_op_front():
+    definition = tomllib.loads(translation.variant_definition((REPOSITORY / "translate/1/translate.toml").read_text()))
+    front = importlib.import_module(translation.GENERATION_FRONT.split(":")[0])
+    options_type = getattr(front, translation.GENERATION_FRONT.split(":")[1]).Options
+    check_options(options_type, list(definition["options"]), "translate (BeamSearch-op variant)")  # as at load
 
 
 def _translation_section():

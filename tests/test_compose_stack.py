@@ -26,8 +26,8 @@ import pytest
 from docker_engine import BASE_IMAGE, PROMETHEUS_IMAGE, DockerEngine, ensure_base_images, run
 
 from clients import Client
-from serving.control import http_status
-from serving.embedded import free_ports
+from serving.launcher.control import http_status
+from serving.launcher.embedded import free_ports
 
 pytestmark = pytest.mark.compose
 

@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from prometheus_text import metric_sum, settled
 
 from clients import Client, ClientError
-from serving.frontends.continuous import MAX_DOCUMENT_CHARS, MAX_DOCUMENT_SENTENCES
+from serving.frontends.engine_front import MAX_DOCUMENT_CHARS, MAX_DOCUMENT_SENTENCES
 from serving.frontends.sentences import split
-from serving.metrics import metric_sum, settled
 
 ROOT = Path(__file__).resolve().parents[1]
 SENTENCES = [

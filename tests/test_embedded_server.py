@@ -24,8 +24,8 @@ import tritonclient.http as httpclient
 from onnx import TensorProto, helper
 from tritonclient.utils import InferenceServerException
 
-from serving.backend_dir import build_backend_directory
-from serving.embedded import (
+from serving.launcher.backend_dir import build_backend_directory
+from serving.launcher.embedded import (
     CONTROL_KEY_HEADER,
     EmbeddedTriton,
     PortInUseError,
@@ -34,10 +34,10 @@ from serving.embedded import (
     free_ports,
     process_group_members,
 )
+from serving.launcher.reaper import SHM_ROOT
+from serving.launcher.repository import RepositoryError, require_servable
+from serving.launcher.wheel import TritonWheel
 from serving.ort_backend import batching, session_config
-from serving.reaper import SHM_ROOT
-from serving.repository import RepositoryError, require_servable
-from serving.wheel import TritonWheel
 
 # --------------------------------------------------------------------------------------------------------
 # Toy model repository
@@ -303,7 +303,7 @@ def test_stop_leaves_no_process_and_no_shm_and_guards_model_control(repo: Path) 
             client.load_model("toy_onnx", headers=server.control_headers("http"))
             infer_affine(client, httpclient, np.ones((1, 4), np.float32))
             # The key is nowhere another local user can read it: not on any command line of the server's
-            # processes (Triton has it from a placeholder: serving/secret_args.py), nor in their environment
+            # processes (Triton has it from a placeholder: serving/launcher/secret_args.py), nor in their environment
             # blocks (the preload library wipes it), nor in the log.
             readable = b""
             for pid in process_group_members(server.pid):

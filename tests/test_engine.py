@@ -15,11 +15,11 @@ from test_generation_parity import SENTENCES  # the everyday sentences, when the
 
 from export import seq2seq
 from export.data import Pair
-from export.generation import Decoding as Reference
+from export.reference_search import ReferenceSearch
 from export.step_export import StepDecoder, export_step_graphs
 from serving.engine import search
-from serving.engine.engine import ENCODER_CALL_TOKENS, Engine, Job, Shapes, length_groups
-from serving.engine.search import Decoding
+from serving.engine.config import EngineConfig
+from serving.engine.engine import ENCODER_CALL_TOKENS, Engine, Job, length_groups
 
 pytestmark = pytest.mark.export
 
@@ -36,14 +36,11 @@ class Task:
         pairs = spec.reader(DATA_DIR)[1][:limit] if DATA_DIR.is_dir() else [Pair(s, "") for s in SENTENCES]
         self.sources = [s for s, _ in seq2seq.encode_pairs(pairs, src_tok, tgt_tok, spec)]
         self.graphs = export_step_graphs(self.model, folder)
-        self.reference = Reference.from_config(self.config)
+        self.reference = ReferenceSearch.from_config(self.config)
         self.new_tokens = spec.max_target_tokens
 
     def engine(self, max_rows: int = 256) -> Engine:
-        cfg = self.model.cfg
-        shapes = Shapes(cfg.n_decoder_layers, cfg.n_decoder_layers + int(cfg.copy), cfg.n_heads, cfg.head_dim)
-        decoding = Decoding(cfg.bos_id, cfg.eos_id, self.reference.length_penalty, self.reference.no_repeat_ngram_size)
-        return Engine(*self.graphs, shapes, decoding, threads=2, max_rows=max_rows)
+        return Engine(*self.graphs, EngineConfig.from_dict(self.config), threads=2, max_rows=max_rows)
 
     def expected(self, beams: int, new_tokens: int | None = None, sources: list | None = None) -> list[list[int]]:
         sources = self.sources if sources is None else sources
@@ -401,7 +398,7 @@ def test_ngram_blocking_reads_the_top_tokens_unless_too_many_of_them_are_blocked
 
     def step(blocked: int):
         job = Job(row_with(blocked), 10, 1, lambda tokens, final: None)
-        job.sequence = search.Sequence(engine.decoding, 10, 1)
+        job.sequence = search.SourceSearch(engine.decoding, 10, 1)
         job.sequence.beams = [job.source]
         engine._jobs = [job]
         top_scores = np.arange(0.0, -16.0, -1.0, dtype=np.float32)[None, :]

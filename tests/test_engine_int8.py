@@ -16,10 +16,9 @@ import pytest
 from test_generation_parity import SENTENCES  # everyday sentences: no dataset needed
 
 from export import seq2seq
-from export.generation import Decoding as Reference
 from export.step_export import export_step_graphs, quantize_step_graphs, rope_path_nodes
-from serving.engine.engine import Engine, Job, Shapes
-from serving.engine.search import Decoding
+from serving.engine.config import EngineConfig
+from serving.engine.engine import Engine, Job
 
 pytestmark = pytest.mark.export
 
@@ -82,14 +81,12 @@ def test_int8_encoder_runs_alike_in_the_served_image_onnxruntime(graphs, ngc_ort
 def test_greedy_int8_mostly_gives_the_fp32_tokens(graphs):
     model, config, src_tok, fp32, int8 = graphs
     cfg = model.cfg
-    shapes = Shapes(cfg.n_decoder_layers, cfg.n_decoder_layers + int(cfg.copy), cfg.n_heads, cfg.head_dim)
-    ref = Reference.from_config(config)
-    decoding = Decoding(cfg.bos_id, cfg.eos_id, ref.length_penalty, ref.no_repeat_ngram_size)
+    engine_config = EngineConfig.from_dict(config)
     max_new = seq2seq.TASKS["translate"].max_target_tokens
     sources = [src_tok.encode(s, add_special_tokens=False).ids + [cfg.eos_id] for s in SENTENCES]
 
     def decode(paths) -> list[list[int]]:
-        engine = Engine(*paths, shapes, decoding, threads=1)
+        engine = Engine(*paths, engine_config, threads=1)
         out: list[list[int]] = [[] for _ in sources]
         for i, source in enumerate(sources):
             engine.submit(Job(source, max_new, 1, lambda tokens, final, i=i: out[i].extend(tokens)))

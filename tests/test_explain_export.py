@@ -14,9 +14,9 @@ from export.explain_export import (
     export_sentiment_explainer,
     export_translate_explainer,
 )
-from export.generation import greedy
 from export.model import ModelConfig, SentimentClassifier, Seq2Seq
 from export.onnx_export import count_ops
+from export.reference_search import greedy
 from serving.frontends.explain import (
     attention_rollout,
     decoder_inputs,

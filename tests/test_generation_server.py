@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from prometheus_text import settled_sums
 from tritonclient.utils import InferenceServerException
 
 from clients import Client, ClientError
-from serving.metrics import settled_sums
 from tasks import registry
 
 ROOT = Path(__file__).resolve().parents[1]

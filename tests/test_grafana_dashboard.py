@@ -6,15 +6,14 @@ import json
 from pathlib import Path
 
 import yaml
-
-from serving.dashboard import (
+from dashboard_queries import (
     DASHBOARD_DIR,
     GPU_ONLY_METRICS,
     dashboard_queries,
     exported_metric_names,
     metric_names,
 )
-from serving.metrics import scrape
+from prometheus_text import scrape
 
 ROOT = Path(__file__).resolve().parents[1]
 PROVISIONING = ROOT / "serving" / "grafana" / "provisioning"

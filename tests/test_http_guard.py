@@ -1,4 +1,4 @@
-"""serving.http_guard without Triton: its parsing rules, and the guard in front of a tiny HTTP upstream.
+"""serving.launcher.http_guard without Triton: its parsing rules, and the guard in front of a tiny HTTP upstream.
 
 tests/reliability/test_request_size.py sends the same kinds of request to the real server.
 """
@@ -16,8 +16,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import raw_http
 
-from serving.embedded import free_ports
-from serving.http_guard import DEFAULT_MAX_BODY_BYTES, HeadError, HttpGuard, parse_request
+from serving.launcher.embedded import free_ports
+from serving.launcher.http_guard import DEFAULT_MAX_BODY_BYTES, HeadError, HttpGuard, parse_request
 
 FORM = "application/x-www-form-urlencoded"
 

@@ -10,6 +10,7 @@ from functools import partial
 from pathlib import Path
 
 import pytest
+from prometheus_text import metric_sum, settled
 
 from loadtest.report import Row, compare, judge, stream_table, table, write_report
 from loadtest.run import build_parser, locust_command
@@ -28,7 +29,6 @@ from loadtest.texts import (
     stream_endpoints,
     task_of,
 )
-from serving.metrics import metric_sum, settled
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = ROOT.parent / "shared" / "data"

@@ -15,6 +15,7 @@ from tokenizers import Tokenizer
 
 from benchmarks.long_reviews import HOTEL_PRAISE, HOTEL_REVIEW, HOTEL_VERDICT
 from serving.frontends.base import BatchTokenizer
+from serving.frontends.options import NoOptions
 from serving.frontends.sentiment import POOLING, SentimentFront, label_and_score
 from serving.frontends.summarize import SpanExtraction
 from serving.frontends.windows import MAX_WINDOWS, POOLINGS, pool, sentence_windows, window_rows
@@ -180,7 +181,7 @@ def test_sentiment_reads_a_long_review_whole():
     front = sentiment_front()
     review = GOOD * 12 + BAD * 30  # praise for the first window, complaints for the next ones
     short = GOOD + BAD + BAD
-    (long_result, short_result) = front.run_group([review, short], ())
+    (long_result, short_result) = front.run_group([review, short], NoOptions())
     assert long_result[0] == "negative"  # read only its first 128 tokens, it would be positive
     assert short_result == label_and_score(np.array([[0.0, -3.0]], dtype=np.float32), front.labels)[0]
     rows = front.session.rows
@@ -193,7 +194,7 @@ def test_sentiment_reads_a_long_review_whole():
 def test_sentiment_of_a_text_that_fits_is_todays_encoder_row():
     front = sentiment_front()
     texts = ["这部电影不差", GOOD * 3, "服务一点也不好"]
-    front.run_group(texts, ())
+    front.run_group(texts, NoOptions())
     today = SENTIMENT_TOKENIZER.encode(texts)
     assert sorted(front.session.rows) == sorted(list(today.ids[i, : today.lengths[i]]) for i in range(3))
     assert front.metrics.window_counts == [1, 1, 1] and front.metrics.lengths == today.lengths
@@ -201,7 +202,7 @@ def test_sentiment_of_a_text_that_fits_is_todays_encoder_row():
 
 def test_a_review_past_max_windows_counts_as_truncated():
     front = sentiment_front()
-    front.run_group([GOOD * 2000], ())
+    front.run_group([GOOD * 2000], NoOptions())
     assert front.metrics.window_counts == [MAX_WINDOWS] and front.metrics.truncated == [True]
 
 
@@ -303,7 +304,7 @@ def test_the_server_picks_an_extractive_span_past_the_first_window(client):
 
 
 def test_the_server_counts_windows_and_no_truncation_for_a_text_read_whole(triton, client):
-    from serving.metrics import settled_sums
+    from prometheus_text import settled_sums
 
     names = ["ropeserve_windows_per_text_sum", "ropeserve_windows_per_text_count", "ropeserve_truncated_texts_total"]
     before = {m: settled_sums(triton.metrics_url, names, model=m) for m in ("sentiment", "summarize")}

@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from prometheus_text import metric_values, scrape, settled
 from tritonclient.utils import InferenceServerException
 
 from serving.frontends import metrics as fm
 from serving.frontends.base import FrontModel, InputError
-from serving.metrics import metric_values, scrape, settled
 
 REPOSITORY = Path(__file__).resolve().parents[1] / "model_repository"
 
@@ -110,7 +110,7 @@ texts = ["hello"]
 class EchoFront(FrontModel):
     """A front model whose task is 'count the characters'; 'boom' raises a server fault."""
 
-    def run_group(self, texts: list[str], options: tuple) -> list[tuple]:
+    def run_group(self, texts: list[str], options: object) -> list[tuple]:
         if "boom" in texts:
             raise RuntimeError("boom")
         self.metrics.encoded([len(t) for t in texts], [len(t) > 5 for t in texts])

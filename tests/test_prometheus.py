@@ -22,9 +22,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import yaml
+from dashboard_queries import GPU_ONLY_METRICS, dashboard_queries, metric_names
 
-from serving.dashboard import GPU_ONLY_METRICS, dashboard_queries, metric_names
-from serving.embedded import free_ports
+from serving.launcher.embedded import free_ports
 
 pytestmark = pytest.mark.server  # a real Prometheus scrapes a real server
 

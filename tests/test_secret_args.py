@@ -1,5 +1,6 @@
-"""The launcher's way of keeping the model-repository key off tritonserver's command line (serving/secret_args.py),
-tried on a plain process: what the process gets as its arguments, and what other users can read in /proc."""
+"""The launcher's way of keeping the model-repository key off tritonserver's command line
+(serving/launcher/secret_args.py), tried on a plain process: what the process gets as its arguments, and what other
+users can read in /proc."""
 
 from __future__ import annotations
 

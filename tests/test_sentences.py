@@ -1,5 +1,5 @@
 """Documents as sentences (serving/frontends/sentences.py), the engine's turn-taking between requests, and a
-document's reply assembled in order (serving/frontends/continuous.py `Reply`). No server: the server tests are
+document's reply assembled in order (serving/frontends/engine_front.py `Reply`). No server: the server tests are
 in test_documents.py."""
 
 from __future__ import annotations

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from prometheus_text import settled_sums
 from tritonclient.utils import InferenceServerException
 
 from clients import Client, ClientError
-from serving.metrics import settled_sums
 
 POSITIVE = [
     "这部电影不差",

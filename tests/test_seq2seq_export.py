@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from export.generation import Decoding, beam_search, block_repeated_ngrams, greedy
 from export.model import KVCache, ModelConfig, Seq2Seq
+from export.reference_search import ReferenceSearch, beam_search, block_repeated_ngrams, greedy
 from export.seq2seq_export import (
     DecoderStep,
     EncoderStep,
@@ -264,7 +264,7 @@ def test_no_repeat_ngram_size_is_exported_and_matches_the_reference(model, sourc
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     assert session.get_modelmeta().custom_metadata_map["no_repeat_ngram_size"] == str(n)
     ids, mask = sources
-    decoding = Decoding(no_repeat_ngram_size=n)
+    decoding = ReferenceSearch(no_repeat_ngram_size=n)
     for beams in (1, 4):
         got = generate_onnx(session, ids.numpy(), mask.numpy(), 16, beams)
         want = decoding.generate(model, ids, mask, 16, beams)
@@ -273,4 +273,4 @@ def test_no_repeat_ngram_size_is_exported_and_matches_the_reference(model, sourc
             ngrams = [tuple(out[i : i + n]) for i in range(len(out) - n + 1)]
             assert len(set(ngrams)) == len(ngrams), out
     # the setting decides something here: without it some outputs repeat
-    assert Decoding().generate(model, ids, mask, 16, 1) != decoding.generate(model, ids, mask, 16, 1)
+    assert ReferenceSearch().generate(model, ids, mask, 16, 1) != decoding.generate(model, ids, mask, 16, 1)

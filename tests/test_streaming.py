@@ -12,9 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from prometheus_text import metric_sum
 
 from clients import Client, ClientError
-from serving.metrics import metric_sum
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXTS = ["我们明天去北京看长城。", "他每天早上六点起床，然后去公园跑步。", "请把窗户关上。"]
@@ -144,7 +144,7 @@ def test_cli_stream_prints_the_answer(triton):
 def test_queued_pieces_go_out_one_response_per_request_first_pieces_first():
     """What queued up while the messenger thread was busy: each request's pieces joined in order, its final flag
     kept, a request's first response ahead of the others' later ones, and an error in place of the pieces."""
-    from serving.frontends.continuous import _coalesce
+    from serving.frontends.engine_front import _coalesce
 
     a, b, c, d = object(), object(), object(), object()
     queued = [
@@ -167,7 +167,7 @@ def test_queued_pieces_go_out_one_response_per_request_first_pieces_first():
 def test_a_failed_row_ends_its_request_once_with_the_error():
     """The engine reports a row's failure: the request gets one final error, its other rows leave at the next
     step (they read as cancelled), and their later tokens send nothing more."""
-    from serving.frontends.continuous import Reply
+    from serving.frontends.engine_front import Reply
     from serving.frontends.sentences import Document
 
     class Front:  # what Reply reads of its front model; records what would be sent

@@ -16,7 +16,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 
 from clients import Client, ClientError
 from loadtest.texts import add_option_flags, inputs_for, load_texts, parse_mix
-from serving.embedded import EmbeddedTriton, ServerOptions, free_ports
+from serving.launcher.embedded import EmbeddedTriton, ServerOptions, free_ports
 from tasks import PATH_VARIABLE, DefinitionError, load, registry, triton_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -160,10 +160,20 @@ texts = ["one two three", "four five"]
 TASK_MODULE = '''\
 """The word-count task: tokenize, let the ONNX model count the tokens, scale."""
 
+from dataclasses import dataclass
+
 from serving.frontends.base import BatchTokenizer, FrontModel
 
 
+@dataclass(frozen=True)
+class WordCountOptions:
+    scale: int
+    unit: str
+
+
 class WordCountFront(FrontModel):
+    Options = WordCountOptions
+
     def __init__(self, pb, args):
         super().__init__(pb, args)
         self.tokenizer = BatchTokenizer.from_file(self.asset_dir / "tokenizer.json", max_tokens=32)
@@ -172,10 +182,9 @@ class WordCountFront(FrontModel):
         batch = self.encode(self.tokenizer, texts)
         feeds = {"input_ids": batch.ids, "attention_mask": batch.mask}
         counts = self.bls(self.models["counter"], feeds, ["count"])["count"][:, 0]
-        settings = dict(options)  # {"scale": an int, "unit": a str}
-        if settings["unit"] == "chars":
+        if options.unit == "chars":
             counts = [len(text) for text in texts]
-        return [(float(count) * settings["scale"],) for count in counts]
+        return [(float(count) * options.scale,) for count in counts]
 '''
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from serving.watchdog import STUB_BINARY, StubWatchdog, command_line, find_stubs
+from serving.launcher.watchdog import STUB_BINARY, StubWatchdog, command_line, find_stubs
 
 
 def start_fake_stub(repository: Path, model: str) -> subprocess.Popen:

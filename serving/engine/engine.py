@@ -41,8 +41,9 @@ import numpy as np
 import onnxruntime as ort
 
 from serving.engine import search
+from serving.engine.config import EngineConfig
 from serving.engine.hypotheses import repeated_ngram_tokens
-from serving.engine.search import LOWEST, Decoding, best_candidates
+from serving.engine.search import LOWEST, best_candidates
 from serving.providers import inference_session
 
 TokenCallback = Callable[[list[int], bool], None]  # (newly stable tokens, final)
@@ -58,16 +59,6 @@ CROSS_COLUMNS_STEP = 16
 # a client and its next.
 BULK_ROWS_BESIDE_INTERACTIVE = 8
 INTERACTIVE_HOLD_S = 0.5
-
-
-@dataclass(frozen=True)
-class Shapes:
-    """What the engine needs to know of the model to allocate caches."""
-
-    n_layers: int  # decoder layers: self-attention caches
-    n_cross: int  # cross-attention (key, value) pairs: decoder layers (+ the copy pointer's)
-    n_heads: int
-    head_dim: int
 
 
 @dataclass(eq=False)
@@ -89,7 +80,7 @@ class Job:
     # (a document's, or a large batch's) yields to interactive ones: see Engine.bulk_rows.
     group: object = None
     bulk: bool = False
-    sequence: search.Sequence | None = None
+    sequence: search.SourceSearch | None = None
     sent: int = 0  # tokens already passed to on_tokens
 
 
@@ -115,8 +106,7 @@ class Engine:
         self,
         encoder: Path,
         decoder: Path,
-        shapes: Shapes,
-        decoding: Decoding,
+        config: EngineConfig,
         threads: int = 1,
         max_rows: int = 256,
     ) -> None:
@@ -133,8 +123,9 @@ class Engine:
         self.past_names = [i.name for i in self.decoder.get_inputs() if i.name.startswith("past_")]
         self.present_names = [o.name for o in self.decoder.get_outputs() if o.name.startswith("present_")]
         self.vocab = self.decoder.get_outputs()[0].shape[1]  # log_probs [B, V]: V is static
+        shapes = config.shapes
         self.shapes = shapes
-        self.decoding = decoding
+        self.decoding = config.decoding
         self.max_rows = max_rows
         self.stats = Stats()
         self._pending: dict[object, deque[Job]] = {}  # per group, in the order the groups take turns
@@ -243,7 +234,7 @@ class Engine:
         now = time.perf_counter()
         self.stats.queue_seconds += [now - job.submitted for job in admitted]
         for job in admitted:
-            job.sequence = search.Sequence(self.decoding, job.max_new_tokens, job.num_beams)
+            job.sequence = search.SourceSearch(self.decoding, job.max_new_tokens, job.num_beams)
         return admitted
 
     def bulk_rows(self) -> int:

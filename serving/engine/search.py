@@ -1,10 +1,10 @@
 """Greedy and beam search for one source text, one step at a time, in NumPy.
 
-A `Sequence` owns `num_beams` rows of the engine's running batch and nothing else: each step it reads the
+A `SourceSearch` owns `num_beams` rows of the engine's running batch and nothing else: each step it reads the
 log-probabilities of its own rows and says which of them the next step continues (the beam reorder), or that
 it is finished. Sources never look at each other, which is what lets them join and leave the batch at any step.
 
-The rules are the reference's (export/generation.py), which follows ONNX Runtime's BeamSearch op step by step:
+The rules are the reference's (export/reference_search.py), which follows ONNX Runtime's BeamSearch op step by step:
 the top 2·k candidates over [k × vocab] of `log_probs + beam score`; an eos among the first k closes a hypothesis
 scored `sum_logprobs / len ** length_penalty` (len counts bos); with early stopping a source is done once it has
 k hypotheses; after max_new_tokens steps the live beams compete with the hypotheses. Greedy is argmax until eos.
@@ -42,7 +42,7 @@ class Decoding:
     no_repeat_ngram_size: int = 0
 
 
-class Sequence:
+class SourceSearch:
     """One source text being decoded: its live beams (token lists starting with bos) and their scores."""
 
     def __init__(self, decoding: Decoding, max_new_tokens: int, num_beams: int) -> None:

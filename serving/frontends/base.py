@@ -21,6 +21,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from serving.frontends.metrics import FrontMetrics
+from serving.frontends.options import NoOptions, check_options
 from serving.text.tokenizer import UNK_ID
 from tasks.definition import TEXT_INPUT, Endpoint, Task
 from tasks.definition import load as load_task
@@ -28,7 +29,7 @@ from tasks.definition import load as load_task
 PAD_MULTIPLE = 8
 # Triton 2.51 has no request-size flag, so the front models bound the work one text can cause: 1 MiB, a whole
 # article or 100,000 Chinese characters. Within it, sentiment and summarize read at most 32 windows of a text and
-# translate refuses a document over its own limits (serving/frontends/continuous.py).
+# translate refuses a document over its own limits (serving/frontends/engine_front.py).
 MAX_TEXT_BYTES = 1 << 20
 
 
@@ -212,12 +213,12 @@ class BatchTokenizer:
 
 
 @dataclass
-class Job:
+class ParsedRequest:
     """One valid request: its texts and the settings that decide which BLS call it joins."""
 
     index: int  # position of the request in the Triton batch
     texts: list[str]
-    options: tuple = ()
+    options: Any = NoOptions()  # the front model's Options
     results: list[Any] = field(default_factory=list)
 
 
@@ -247,8 +248,11 @@ class FrontModel:
     the outputs, and the ONNX models to call (``self.models``: role -> model name); ``self.task_config`` is the
     checkpoint's config.json, when the task ships one. `self.metrics` reports to Triton's custom metrics (see
     :mod:`serving.frontends.metrics`); subclasses tokenize through :meth:`encode` so input tokens and
-    truncations are counted, and report generated tokens themselves.
+    truncations are counted, and report generated tokens themselves. ``Options`` is the class a request's options
+    arrive as (:mod:`serving.frontends.options`).
     """
+
+    Options: type = NoOptions
 
     def __init__(self, pb: Any, args: dict) -> None:
         self.pb = pb
@@ -256,6 +260,7 @@ class FrontModel:
         name = self.model_config.get("name", args.get("model_name", "unknown"))
         self.asset_dir = version_folder(args)
         self.task, self.endpoint = read_endpoint(self.asset_dir, name)
+        check_options(self.Options, [option.keyword for option in self.task.options], f"{name} ({type(self).__name__})")
         self.outputs = tuple(tensor.name for tensor in self.endpoint.outputs)
         self.models = {role: model.name for role, model in self.endpoint.models.items()}
         config_json = self.asset_dir / "config.json"
@@ -277,10 +282,10 @@ class FrontModel:
         self.metrics.encoded(batch.lengths, batch.truncated)
         return batch
 
-    def parse_options(self, request: Any, rows: int) -> tuple[tuple[str, int | str], ...]:
-        """(keyword, value) for each option of the task, in definition order; defaults for those not sent.
-        An int option's value is an int, a string option's a str."""
-        values: list[tuple[str, int | str]] = []
+    def parse_options(self, request: Any, rows: int) -> Any:
+        """The request's options as an ``Options``: each option of the task, its default where not sent. An int
+        option's value is an int, a string option's a str."""
+        values: dict[str, int | str] = {}
         for option in self.task.options:
             tensor = self.pb.get_input_tensor_by_name(request, option.input)
             raw = None if tensor is None else tensor.as_numpy()
@@ -288,10 +293,10 @@ class FrontModel:
                 value = decode_choice_option(raw, option.input, rows, option.default, option.choices)
             else:
                 value = decode_int_option(raw, option.input, rows, option.default, option.low, option.high)
-            values.append((option.keyword, value))
-        return tuple(values)
+            values[option.keyword] = value
+        return self.Options(**values)
 
-    def read_request(self, request: Any) -> tuple[list[str], tuple[tuple[str, int | str], ...]]:
+    def read_request(self, request: Any) -> tuple[list[str], Any]:
         """A request's texts and options, validated; `InputError` names what is wrong."""
         tensor = self.pb.get_input_tensor_by_name(request, TEXT_INPUT)
         if tensor is None:
@@ -300,18 +305,18 @@ class FrontModel:
         return texts, self.parse_options(request, len(texts))
 
     # -- task specific -------------------------------------------------------------------
-    def run_group(self, texts: list[str], options: tuple[tuple[str, int | str], ...]) -> list[tuple]:
-        """Results for texts that share `options` ((keyword, value) pairs), one tuple of output values per text."""
+    def run_group(self, texts: list[str], options: Any) -> list[tuple]:
+        """Results for texts that share `options` (an ``Options``), one tuple of output values per text."""
         raise NotImplementedError
 
     # -- shared flow ---------------------------------------------------------------------
     def execute(self, requests: list[Any]) -> list[Any]:
         responses: list[Any] = [None] * len(requests)
-        groups: dict[tuple, list[Job]] = {}
+        groups: dict[Any, list[ParsedRequest]] = {}
         self.metrics.requests(len(requests))
         for i, request in enumerate(requests):
             try:
-                job = Job(i, *self.read_request(request))
+                job = ParsedRequest(i, *self.read_request(request))
                 groups.setdefault(job.options, []).append(job)
             except InputError as err:
                 responses[i] = self.error_response(str(err))

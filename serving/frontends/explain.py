@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 
 from serving.frontends.base import Encoded, InputError, to_column
-from serving.frontends.generation import GenerationFront
+from serving.frontends.beam_search_op import BeamSearchOpFront
+from serving.frontends.options import NoOptions, TranslateOptions
 from serving.frontends.sentences import split
 from serving.frontends.sentiment import SentimentFront
 from serving.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, detokenize
@@ -111,20 +112,21 @@ def decoder_inputs(targets: list[list[int]]) -> np.ndarray:
     return out
 
 
-class TranslateExplainFront(PaddedOutputs, GenerationFront):
+class TranslateExplainFront(PaddedOutputs, BeamSearchOpFront):
     """`translate`'s generation, then one teacher-forced pass of the explain model over the result."""
+
+    Options = TranslateOptions
 
     def __init__(self, pb: Any, args: dict) -> None:
         super().__init__(pb, args)
         self.explainer = self.models["explainer"]
 
-    def read_request(self, request: Any) -> tuple[list[str], tuple]:
+    def read_request(self, request: Any) -> tuple[list[str], TranslateOptions]:
         """As every front model, and a text `translate` would read as several sentences is refused: its attention
         is one matrix per text read whole, which is not what `translate` answers for it."""
         texts, options = super().read_request(request)
-        mode = dict(options).get("split_sentences", "0")
         for i, text in enumerate(texts):
-            count = len(split(text, mode).pieces)
+            count = len(split(text, options.split_sentences).pieces)
             if count > 1:
                 raise InputError(
                     f"TEXT[{i}] holds {count} sentences; translate_explain explains one sentence per text: send "
@@ -133,9 +135,9 @@ class TranslateExplainFront(PaddedOutputs, GenerationFront):
                 )
         return texts, options
 
-    def run_group(self, texts: list[str], options: tuple) -> list[tuple]:
+    def run_group(self, texts: list[str], options: TranslateOptions) -> list[tuple]:
         batch, generated = self.generate(texts, options)
-        targets = target_rows(generated, new_tokens=dict(options)["max_new_tokens"])
+        targets = target_rows(generated, new_tokens=options.max_new_tokens)
         feeds = {
             "input_ids": batch.ids.astype(np.int32),
             "attention_mask": batch.mask.astype(np.int32),
@@ -163,7 +165,7 @@ class SentimentExplainFront(PaddedOutputs, SentimentFront):
         super().__init__(pb, args)
         self.explainer = self.models["explainer"]
 
-    def run_group(self, texts: list[str], options: tuple) -> list[tuple]:
+    def run_group(self, texts: list[str], options: NoOptions) -> list[tuple]:
         batch = self.encode(self.tokenizer, texts)
         verdicts = self.classify(batch)
         attention = self.attention(batch)  # [B, L, S, S]

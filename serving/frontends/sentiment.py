@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from serving.frontends.base import BatchTokenizer, Encoded, FrontModel, length_buckets, padded_width
+from serving.frontends.options import NoOptions
 from serving.frontends.windows import pool, softmax, window_rows
 
 IN_PROCESS_ENCODER = "encoder.onnx"
@@ -46,7 +47,7 @@ class SentimentFront(FrontModel):
         graph = self.asset_dir / IN_PROCESS_ENCODER
         self.session = in_process_session(graph, self.graph_threads()) if graph.is_file() else None
 
-    def run_group(self, texts: list[str], options: tuple) -> list[tuple]:
+    def run_group(self, texts: list[str], options: NoOptions) -> list[tuple]:
         """One tokenizer call for the batch, then one encoder call per length bucket (less padding) over every
         window of every text, then each text's windows pooled."""
         logits, windows, lengths = self.window_logits(texts)

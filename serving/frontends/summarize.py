@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 
 from serving.frontends.base import padded_width
-from serving.frontends.continuous import ContinuousFront
-from serving.frontends.generation import GenerationFront
+from serving.frontends.beam_search_op import BeamSearchOpFront
+from serving.frontends.engine_front import EngineFront
+from serving.frontends.options import SummarizeOptions
 from serving.frontends.windows import sentence_windows
 from serving.text.spans import Candidates, candidates, window_candidates
 
@@ -86,16 +87,20 @@ class SpanExtraction:
         return out
 
 
-class SummarizeFront(SpanExtraction, GenerationFront):
-    def run_group(self, texts: list[str], options: tuple) -> list[tuple]:
-        if dict(options)["mode"] == EXTRACTIVE:
+class SummarizeFront(SpanExtraction, BeamSearchOpFront):
+    Options = SummarizeOptions
+
+    def run_group(self, texts: list[str], options: SummarizeOptions) -> list[tuple]:
+        if options.mode == EXTRACTIVE:
             return [(summary,) for summary in self.extract(texts)]
         return super().run_group(texts, options)
 
 
-class SummarizeStreamFront(SpanExtraction, ContinuousFront):
-    def answers_whole(self, settings: dict[str, Any]) -> bool:
-        return settings["mode"] == EXTRACTIVE
+class SummarizeStreamFront(SpanExtraction, EngineFront):
+    Options = SummarizeOptions
 
-    def whole_answer(self, texts: list[str], settings: dict[str, Any]) -> list[str]:
+    def answers_whole(self, options: SummarizeOptions) -> bool:
+        return options.mode == EXTRACTIVE
+
+    def whole_answer(self, texts: list[str], options: SummarizeOptions) -> list[str]:
         return self.extract(texts)

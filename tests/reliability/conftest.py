@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from reliability_helpers import REPOSITORY
 
-from serving.embedded import EmbeddedTriton, ServerOptions, free_ports
+from serving.launcher.embedded import EmbeddedTriton, ServerOptions, free_ports
 
 
 @pytest.fixture

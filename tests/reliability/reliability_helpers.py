@@ -14,9 +14,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from serving.embedded import EmbeddedTriton
-from serving.processes import process_group_members
-from serving.watchdog import find_stubs
+from serving.launcher.embedded import EmbeddedTriton
+from serving.launcher.processes import process_group_members
+from serving.launcher.watchdog import find_stubs
 
 REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
 PUBLIC_MODELS = ("sentiment", "translate", "summarize")

@@ -15,7 +15,7 @@ from reliability_helpers import CLIENTS, OUTPUT, PUBLIC_MODELS, connect, infer, 
 from tritonclient.utils import InferenceServerException
 
 from serving.frontends.base import MAX_TEXT_BYTES
-from serving.frontends.continuous import MAX_DOCUMENT_CHARS
+from serving.frontends.engine_front import MAX_DOCUMENT_CHARS
 
 # name → (texts, expected error regex or None for "answered")
 TEXT_CASES = {

@@ -1,4 +1,4 @@
-"""serving/drain.py on its own: the front model goes first while the models it calls stay up, so the requests it
+"""The launcher's drain on its own: the front model goes first while the models it calls stay up, so the requests it
 holds finish (their BLS calls still succeed) and new ones are refused by name."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import time
 import tritonclient.grpc as grpcclient
 from reliability_helpers import connect, outcome, text_input
 
-from serving.control import repository_index
-from serving.drain import drain_front_models
+from serving.launcher.control import repository_index
+from serving.launcher.drain import drain_front_models
 
 SUMMARIZE = ["summarize", "summarize_generator", "summarize_extractor"]
 NEWS = "国家统计局今天发布数据，上半年国内生产总值同比增长百分之七，增速与一季度持平，消费对经济增长的贡献率继续提高。"

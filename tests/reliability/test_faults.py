@@ -22,10 +22,10 @@ from reliability_helpers import connect, copy_models, infer, outcome, stub_pids,
 from tritonclient.utils import InferenceServerException
 
 from clients import Client, RetryPolicy
-from serving.embedded import EmbeddedTriton, free_ports
-from serving.processes import process_group_members
-from serving.reaper import SHM_ROOT
-from serving.watchdog import command_line
+from serving.launcher.embedded import EmbeddedTriton, free_ports
+from serving.launcher.processes import process_group_members
+from serving.launcher.reaper import SHM_ROOT
+from serving.launcher.watchdog import command_line
 
 pytestmark = pytest.mark.server  # every test here starts a server of its own
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from reliability_helpers import REPOSITORY
 
-from serving.embedded import free_ports
-from serving.processes import process_group_members
+from serving.launcher.embedded import free_ports
+from serving.launcher.processes import process_group_members
 
 ROOT = Path(__file__).resolve().parents[2]
 READY = "ropeserve: Triton ready"

@@ -15,12 +15,12 @@ import time
 from collections import Counter
 
 import tritonclient.grpc.aio as grpc_aio
+from prometheus_text import metric_values, scrape
 from reliability_helpers import connect, infer, text_input
 from tritonclient.utils import InferenceServerException
 
-from serving.frontends.continuous import QUEUE_FULL as ENGINE_FULL
-from serving.metrics import metric_values, scrape
-from serving.processes import group_rss_mb
+from serving.frontends.engine_front import QUEUE_FULL as ENGINE_FULL
+from serving.launcher.processes import group_rss_mb
 
 MODEL = "translate"
 TEXTS = ["我们明天去北京。", "这本书很有意思。", "他每天早上六点起床，然后去公园跑步。", "我爱你。"]
@@ -91,7 +91,7 @@ def test_four_times_capacity_is_rejected_fast_and_bounded(start_server) -> None:
     kinds = Counter(kind.split("|")[0] for kind, _ in outcomes)
     accepted = [latency for kind, latency in outcomes if kind == "ok"]
     # Triton's queue, or the generation engine's (its front model hands texts over at once, so the engine bounds
-    # what waits: serving/frontends/continuous.py)
+    # what waits: serving/frontends/engine_front.py)
     full = [latency for kind, latency in outcomes if QUEUE_FULL in kind or ENGINE_FULL in kind]
     timed_out = [latency for kind, latency in outcomes if TIMED_OUT in kind]
     print(

@@ -1,5 +1,5 @@
 """Whatever kills the process that started tritonserver, the server, its stubs, its /dev/shm segments and its work
-folder are gone within the exit timeout (serving/reaper.py; the parent-death signal alone left the work folder
+folder are gone within the exit timeout (serving/launcher/reaper.py; the parent-death signal alone left the work folder
 behind, and no signal at all reaches a server started from a worker thread)."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from reliability_helpers import REPOSITORY
 
-from serving.processes import process_group_members
-from serving.reaper import SHM_ROOT
+from serving.launcher.processes import process_group_members
+from serving.launcher.reaper import SHM_ROOT
 
 ROOT = Path(__file__).resolve().parents[2]
 EXIT_TIMEOUT_S = 10
@@ -24,7 +24,7 @@ EXIT_TIMEOUT_S = 10
 # traces are, and waits to be killed.
 PARENT = """
 import json, sys, threading, time
-from serving.embedded import EmbeddedTriton, ServerOptions, free_ports
+from serving.launcher.embedded import EmbeddedTriton, ServerOptions, free_ports
 http, grpc, metrics = free_ports(3)
 options = ServerOptions(model_repository=sys.argv[1], models=["sentiment", "sentiment_encoder"], http_port=http,
                         grpc_port=grpc, metrics_port=metrics, exit_timeout_s=int(sys.argv[2]))

@@ -1,7 +1,7 @@
 """The HTTP guard in front of the real server: what Triton 2.51 would crash on is refused or neutralised, the
 server keeps its pid, and ordinary requests are answered as before.
 
-See serving/http_guard.py for the measurements; tests/test_http_guard.py holds the parsing rules without a
+See serving/launcher/http_guard.py for the measurements; tests/test_http_guard.py holds the parsing rules without a
 server. Texts over 1 MiB are refused by the front models on every protocol (serving/frontends/base.py).
 """
 
@@ -18,7 +18,7 @@ from raw_http import exchange
 from reliability_helpers import CLIENTS, connect, infer, text_input
 from tritonclient.utils import InferenceServerException
 
-from serving.http_guard import DEFAULT_MAX_BODY_BYTES
+from serving.launcher.http_guard import DEFAULT_MAX_BODY_BYTES
 
 FORM = "application/x-www-form-urlencoded"  # what `curl -d` and urllib send
 INFER = "/v2/models/sentiment/infer"
@@ -151,7 +151,7 @@ def test_curl_d_requests_are_answered(triton, pid: int) -> None:
 
 def test_the_form_content_type_never_reaches_triton(start_server) -> None:
     """With the cap raised past the crash size, the bodies that kill an unguarded Triton as forms are answered:
-    Triton gets application/json (serving/http_guard.py: 6.7 MB binary and 8.4 MB JSON forms crash it)."""
+    Triton gets application/json (serving/launcher/http_guard.py: 6.7 MB binary and 8.4 MB JSON forms crash it)."""
     server = start_server(["sentiment", "sentiment_encoder"], max_http_body_bytes=16 << 20)
     pid = server.pid
     body, json_size = binary_body(["好" * 70_000] * 32)

@@ -30,10 +30,11 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from serving.engine.engine import Engine, Job, Shapes
-from serving.engine.search import Decoding
+from serving.engine.config import EngineConfig
+from serving.engine.engine import Engine, Job
 from serving.frontends import sentences
 from serving.frontends.base import BatchTokenizer, FrontModel, InputError
+from serving.frontends.options import EngineOptions, TranslateOptions
 from serving.frontends.sentences import Document
 from serving.text.tokenizer import EOS_ID, detokenize, settled_prefix
 
@@ -52,25 +53,19 @@ QUEUE_FULL = "the generation queue is full; retry later"
 METRICS_PERIOD_S = 0.5
 
 
-class ContinuousFront(FrontModel):
+class EngineFront(FrontModel):
+    Options: type = TranslateOptions
+
     def __init__(self, pb: Any, args: dict) -> None:
         super().__init__(pb, args)
         cfg = self.task_config
-        model = cfg["model"]
         self.source = BatchTokenizer.from_file(self.asset_dir / "tokenizer.json", cfg["max_tokens"])
         self.target = Tokenizer.from_file(str(self.asset_dir / "target_tokenizer.json"))
-        head_dim = model["d_model"] // model["n_heads"]
-        layers = model["n_decoder_layers"]
-        shapes = Shapes(layers, layers + int(model.get("copy", False)), model["n_heads"], head_dim)
-        decoding = Decoding(
-            model["bos_id"], model["eos_id"], cfg.get("length_penalty", 1.0), cfg.get("no_repeat_ngram_size", 0)
-        )
         suffix = ".int8.onnx" if self.parameters.get("precision", "fp32") == "int8" else ".onnx"
         self.engine = Engine(
             self.asset_dir / f"encoder{suffix}",
             self.asset_dir / f"decoder{suffix}",
-            shapes,
-            decoding,
+            EngineConfig.from_dict(cfg),
             self.graph_threads(),
         )
         self.streaming = self.endpoint.decoupled
@@ -153,21 +148,21 @@ class ContinuousFront(FrontModel):
         self.metrics.requests(len(requests))
         final = self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         accepted = 0
-        whole: dict[tuple, list[tuple[Any, list[str]]]] = {}  # options → (sender, texts) answered in one call
+        # options → (sender, texts) of the requests answered in one call
+        whole: dict[EngineOptions, list[tuple[Any, list[str]]]] = {}
         for request in requests:
             sender = request.get_response_sender()
             try:
                 texts, options = self.read_request(request)
-                settings = dict(options)
-                if self.answers_whole(settings):
+                if self.answers_whole(options):
                     whole.setdefault(options, []).append((sender, texts))
                     continue
-                documents = self.documents(texts, settings.get("split_sentences", "0"))
-                rows = sum(len(document.pieces) for document in documents) * settings["num_beams"]
+                documents = self.documents(texts, options.split_sentences)
+                rows = sum(len(document.pieces) for document in documents) * options.num_beams
                 if rows > MAX_QUEUED_ROWS:
                     raise InputError(
-                        f"the request's texts are {rows // settings['num_beams']:,} sentences x "
-                        f"{settings['num_beams']} beams = {rows:,} rows; the limit is {MAX_QUEUED_ROWS:,} rows "
+                        f"the request's texts are {rows // options.num_beams:,} sentences x "
+                        f"{options.num_beams} beams = {rows:,} rows; the limit is {MAX_QUEUED_ROWS:,} rows "
                         "per request (send fewer texts per request, or fewer beams)",
                         "document_too_long",
                     )
@@ -193,8 +188,8 @@ class ContinuousFront(FrontModel):
                 source = batch.ids[row, : batch.lengths[row]].tolist()
                 job = Job(
                     source,
-                    settings["max_new_tokens"],
-                    settings["num_beams"],
+                    options.max_new_tokens,
+                    options.num_beams,
                     reply.callback(row),
                     reply.cancelled,
                     reply.fail,
@@ -203,7 +198,7 @@ class ContinuousFront(FrontModel):
                 )
                 self.engine.submit(job)
         for options, group in whole.items():
-            accepted += self._answer_whole(group, dict(options))
+            accepted += self._answer_whole(group, options)
         self.metrics.batch(accepted)
         return None
 
@@ -228,21 +223,21 @@ class ContinuousFront(FrontModel):
                 )
         return documents
 
-    def answers_whole(self, settings: dict[str, Any]) -> bool:
-        """Whether a request with these settings is answered whole by :meth:`whole_answer` (a subclass's other
+    def answers_whole(self, options: EngineOptions) -> bool:
+        """Whether a request with these options is answered whole by :meth:`whole_answer` (a subclass's other
         mode) rather than generated token by token."""
         return False
 
-    def whole_answer(self, texts: list[str], settings: dict[str, Any]) -> list[str]:
-        """One answer per text, for the requests :meth:`answers_whole` picks: all of them with the same settings
+    def whole_answer(self, texts: list[str], options: EngineOptions) -> list[str]:
+        """One answer per text, for the requests :meth:`answers_whole` picks: all of them with the same options
         in one call, so they batch as a front model's group does."""
         raise NotImplementedError
 
-    def _answer_whole(self, group: list[tuple[Any, list[str]]], settings: dict[str, Any]) -> int:
+    def _answer_whole(self, group: list[tuple[Any, list[str]]], options: EngineOptions) -> int:
         """Answer each request of the group in one final response; the texts answered (0 on a fault)."""
         texts = [text for _, request_texts in group for text in request_texts]
         try:
-            answers = self.whole_answer(texts, settings)
+            answers = self.whole_answer(texts, options)
         except Exception as err:  # noqa: BLE001 - a server fault must answer every request, not hang them
             for sender, _ in group:
                 sender.send(self.internal_error_response(err), flags=self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
@@ -286,7 +281,7 @@ class Reply:
     """The answer to one request, filled row by row from the engine's thread. Each text is a document whose
     pieces (sentences) are rows; a text's answer is its pieces' answers joined in the source's layout."""
 
-    def __init__(self, front: ContinuousFront, sender: Any, documents: Sequence[Document]) -> None:
+    def __init__(self, front: EngineFront, sender: Any, documents: Sequence[Document]) -> None:
         self.front = front
         self.sender = sender
         self.documents = list(documents)

@@ -1,4 +1,4 @@
-"""Read Triton's Prometheus endpoint: used by tests, benchmarks and load tests alike."""
+"""Read Triton's Prometheus endpoint in the tests: scrape, pick samples by name and labels, let counts settle."""
 
 from __future__ import annotations
 

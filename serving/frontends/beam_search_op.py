@@ -15,11 +15,14 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from serving.frontends.base import BatchTokenizer, Encoded, FrontModel
+from serving.frontends.options import GenerationOptions
 from serving.text.tokenizer import EOS_ID, detokenize, strip_generated
 
 
-class GenerationFront(FrontModel):
+class BeamSearchOpFront(FrontModel):
     """Front model for an encoder-decoder task with options `max_new_tokens` and `num_beams`."""
+
+    Options: type = GenerationOptions
 
     def __init__(self, pb: Any, args: dict) -> None:
         super().__init__(pb, args)
@@ -27,14 +30,13 @@ class GenerationFront(FrontModel):
         self.source = BatchTokenizer.from_file(self.asset_dir / "tokenizer.json", self.task_config["max_tokens"])
         self.target = Tokenizer.from_file(str(self.asset_dir / "target_tokenizer.json"))
 
-    def run_group(self, texts: list[str], options: tuple) -> list[tuple]:
+    def run_group(self, texts: list[str], options: GenerationOptions) -> list[tuple]:
         _, generated = self.generate(texts, options)
         return [(detokenize(self.target, tokens),) for tokens in generated]
 
-    def generate(self, texts: list[str], options: tuple) -> tuple[Encoded, list[list[int]]]:
+    def generate(self, texts: list[str], options: GenerationOptions) -> tuple[Encoded, list[list[int]]]:
         """The encoded sources and the generated token ids (no bos/eos) per text: one generator call."""
-        settings = dict(options)
-        new_tokens, beams = settings["max_new_tokens"], settings["num_beams"]
+        new_tokens, beams = options.max_new_tokens, options.num_beams
         batch = self.encode(self.source, texts, suffix=[EOS_ID])
         feeds = {
             "input_ids": batch.ids.astype(np.int32),

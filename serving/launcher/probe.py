@@ -1,4 +1,4 @@
-"""``python -m serving.probe ready|live``: exit 0 when the local server answers 200, 1 otherwise.
+"""``python -m serving.launcher.probe ready|live``: exit 0 when the local server answers 200, 1 otherwise.
 
 The container health check (no curl in the image). ``live`` goes through the launcher's HTTP guard, which
 answers 503 when a Python-backend stub died and was not brought back (Triton's own answer would say 200).
@@ -14,7 +14,7 @@ from .control import http_status
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m serving.probe", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m serving.launcher.probe", description=__doc__.split("\n\n")[0])
     parser.add_argument("what", choices=["ready", "live"])
     parser.add_argument(
         "--url",

@@ -39,7 +39,7 @@ INITIAL_BEAM_SCORE = -1e9  # beams 1..k-1 at the first step (ORT: InitBeamState)
 
 
 @dataclass(frozen=True)
-class Decoding:
+class ReferenceSearch:
     """The decoding settings a checkpoint fixes (config.json), the generator bakes in, and the
     reference applies: the beam length penalty and ORT's no_repeat_ngram_size (0 = off)."""
 
@@ -47,7 +47,7 @@ class Decoding:
     no_repeat_ngram_size: int = 0
 
     @classmethod
-    def from_config(cls, config: dict) -> Decoding:
+    def from_config(cls, config: dict) -> ReferenceSearch:
         """The settings a checkpoint's config.json stores (`asdict` writes them); missing keys keep the defaults."""
         return cls(**{f.name: config[f.name] for f in fields(cls) if f.name in config})
 
@@ -66,7 +66,7 @@ class Decoding:
         )
 
 
-DEFAULT_DECODING = Decoding()
+DEFAULT_SEARCH = ReferenceSearch()
 
 
 def block_repeated_ngrams(scores: Tensor, sequences: list[list[int]], n: int) -> Tensor:

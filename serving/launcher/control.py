@@ -1,6 +1,6 @@
 """Triton's HTTP API as the launcher uses it: health, model configs, the repository index, load and unload.
 
-The repository API is locked with the launcher's key (:meth:`serving.embedded.EmbeddedTriton.control_headers`);
+The repository API is locked with the launcher's key (:meth:`serving.launcher.embedded.EmbeddedTriton.control_headers`);
 callers pass those headers. Used by the launcher, the stub watchdog and the drain on stop.
 """
 

@@ -1,4 +1,4 @@
-/* Preloaded into tritonserver by the launcher (serving/secret_args.py) to keep secret arguments off its command
+/* Preloaded into tritonserver by the launcher (serving/launcher/secret_args.py) to keep secret arguments off its command
  * line: /proc/<pid>/cmdline is readable by every local user, and Triton 2.51 reads the model-repository key only
  * from its arguments.
  *

@@ -1,6 +1,6 @@
 """Read the Grafana dashboards' PromQL and the metric names in it, to check them against a live server.
 
-``python -m serving.dashboard`` lists every query and the metric names it uses. The tests compare those names
+``python tests/dashboard_queries.py`` lists every query and the metric names it uses. The tests compare those names
 with what a running Triton really exports, and run the queries on a real Prometheus.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-DASHBOARD_DIR = Path(__file__).resolve().parent / "grafana" / "dashboards"
+DASHBOARD_DIR = Path(__file__).resolve().parents[1] / "serving" / "grafana" / "dashboards"
 
 # Triton exports these only when it sees a GPU (the NGC image on a GPU host); the embedded CPU server has none.
 GPU_ONLY_METRICS = frozenset({"nv_gpu_utilization", "nv_gpu_memory_used_bytes", "nv_gpu_memory_total_bytes"})

@@ -8,7 +8,7 @@ own, which polls every 0.2 s: once its parent is gone it sends SIGTERM to the se
 what is left after the grace period, removes the server's ``/dev/shm`` segments and its work folder, and exits.
 It exits at once, without touching anything, when the server's group is gone (a normal stop).
 
-    python -m serving.reaper PARENT_PID SERVER_PGID SHM_PREFIX WORKDIR GRACE_S
+    python -m serving.launcher.reaper PARENT_PID SERVER_PGID SHM_PREFIX WORKDIR GRACE_S
 
 Standard library only, and nothing from the rest of ``serving``: it must start fast and never fail to import.
 """

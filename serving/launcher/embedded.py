@@ -1,14 +1,14 @@
 """Start, watch and stop the embedded Triton server: the one way the CLI, tests and benchmarks run it.
 
-``tritonserver`` comes from the ``nvidia-pytriton`` wheel (:mod:`serving.wheel`); ONNX models run in our
-Python-based onnxruntime backend (:mod:`serving.backend_dir`). The launcher's promises:
+``tritonserver`` comes from the ``nvidia-pytriton`` wheel (:mod:`serving.launcher.wheel`); ONNX models run in our
+Python-based onnxruntime backend (:mod:`serving.launcher.backend_dir`). The launcher's promises:
 
 - a port that is already taken, a missing ``model.onnx`` or a model that fails to load is reported as one
   clear error (with the tail of the server log), not a hang;
 - :meth:`EmbeddedTriton.stop` leaves nothing behind: the server runs in its own process group with its
   Python-backend stubs, stragglers get SIGKILL, and the ``/dev/shm`` segments named with this server's
   unique prefix are removed. The same clean-up runs when the object is garbage-collected or at exit, and
-  :mod:`serving.reaper` runs it when this process dies without stopping the server (SIGKILL, an unhandled SIGTERM).
+  :mod:`.reaper` runs it when this process dies without stopping the server (SIGKILL, an unhandled SIGTERM).
 
 Usage::
 
@@ -72,10 +72,10 @@ class ServerOptions:
     nobody can load or unload models over the network. ``allow_model_control`` hands that key out: it is
     ``control_key`` (see :meth:`EmbeddedTriton.control_headers`).
 
-    ``restart_dead_stubs``: reload a model whose Python-backend stub process died (:mod:`serving.watchdog`);
+    ``restart_dead_stubs``: reload a model whose Python-backend stub process died (:mod:`serving.launcher.watchdog`);
     Triton 2.51 would otherwise keep failing the requests routed to that instance.
 
-    ``http_guard``: serve HTTP through :mod:`serving.http_guard`, which refuses bodies over ``max_http_body_bytes``
+    ``http_guard``: serve HTTP through :mod:`.http_guard`, which refuses bodies over ``max_http_body_bytes``
     (413) and every other request Triton 2.51 could misread or crash on, and answers ``/v2/health/live`` with 503
     when :meth:`EmbeddedTriton.liveness_problem` names one.
 
@@ -91,7 +91,7 @@ class ServerOptions:
     as is, without the local pre-start checks.
 
     ``die_with_parent``: if this process dies without stopping the server (SIGKILL, an unhandled SIGTERM),
-    :mod:`serving.reaper` stops it within ``exit_timeout_s`` and removes its shm segments and work folder. The
+    :mod:`serving.launcher.reaper` stops it within ``exit_timeout_s`` and removes its shm segments and work folder. The
     server also gets Linux's parent-death SIGTERM when started from the main thread (the kernel ties that signal
     to the starting *thread*: a server started from a worker thread was told to stop as that thread ended).
     """
@@ -141,7 +141,7 @@ class ServerOptions:
     ) -> list[str]:
         """The ``tritonserver`` flags (no binary). Pure, so tests can read what would run.
 
-        ``guarded_http_port``: Triton's HTTP endpoint listens there on loopback, behind :mod:`serving.http_guard`.
+        ``guarded_http_port``: Triton's HTTP endpoint listens there on loopback, behind :mod:`.http_guard`.
         """
         http_host, http_port = ("127.0.0.1", guarded_http_port) if guarded_http_port else (self.host, self.http_port)
         args = [
@@ -211,7 +211,7 @@ def _set_parent_death_signal() -> None:  # runs in the child between fork and ex
 
 
 def _start_reaper(server_pid: int, shm_prefix: str, workdir: Path, grace_s: float) -> subprocess.Popen:
-    """serving/reaper.py, run as a file (standard library only, no site packages: it starts in milliseconds), in a
+    """reaper.py, run as a file (standard library only, no site packages: it starts in milliseconds), in a
     session of its own so that neither a Ctrl-C to this terminal nor a kill of the server's group reaches it."""
     script = Path(__file__).with_name("reaper.py")
     arguments = [str(os.getpid()), str(server_pid), shm_prefix, str(workdir), str(grace_s)]
@@ -244,8 +244,8 @@ class _Running:
     tee: threading.Thread | None = None
     watchdog: StubWatchdog | None = None
     guard: HttpGuard | None = None
-    drain: Callable[[float], object] | None = None  # unloads the front models first (serving.drain)
-    reaper: subprocess.Popen | None = None  # stops the server if this process dies without doing it (serving.reaper)
+    drain: Callable[[float], object] | None = None  # unloads the front models first (drain.py)
+    reaper: subprocess.Popen | None = None  # stops the server if this process dies without doing it (reaper.py)
     final_log_tail: str = ""
     returncode: int | None = None
     cleaned: bool = False
@@ -527,7 +527,7 @@ class EmbeddedTriton:
     def stop(self) -> int | None:
         """Stop gracefully and clean up (idempotent). Returns the server's exit code.
 
-        First the front models are unloaded (:mod:`serving.drain`): new requests are refused, the ones they
+        First the front models are unloaded (:mod:`serving.launcher.drain`): new requests are refused, the ones they
         hold finish. Then SIGTERM: Triton waits, up to ``exit_timeout_s``, for open HTTP connections to close
         (an idle ``tritonclient.http`` client counts: close it first), then unloads the rest; past the timeout
         it exits with code 1. Interrupting this (a second Ctrl-C) is safe: call :meth:`kill` then.
