@@ -66,7 +66,7 @@ train-sentiment: venv  ## train the sentiment model on all five sets into checkp
 
 .PHONY: ablation
 ablation: venv  ## positional-encoding ablation (4 schemes, synthetic tasks) into ablation/; see ABLATION.md
-	$(PY) -m export.ablation --out ablation
+	$(PY) -m export.evaluation.ablation --out ablation
 
 clean:  ## remove built ONNX files and caches (keeps .venv)
 	rm -rf model_repository/*/1/*.onnx model_repository/*/1/tokenizer.json model_repository/*/1/config.json \

@@ -16,7 +16,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from benchmarks.profiles import CHECKPOINTS, Profile
 from benchmarks.stats import interleaved, summarize
-from export import sentiment
+from export.training import sentiment
 from serving.ort_backend.session_config import available_cpus
 
 MATMUL_SIZE = 1024

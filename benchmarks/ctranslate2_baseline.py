@@ -83,7 +83,8 @@ def vocabulary(tokenizer: Tokenizer) -> list[str]:
 
 
 def build_spec(model: Any, src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer) -> Any:
-    """Our `Seq2Seq` (export/model.py) as a `ctranslate2.specs.TransformerSpec`, weights set, not yet saved."""
+    """Our `Seq2Seq` (export/model/transformer.py) as a `ctranslate2.specs.TransformerSpec`, weights set, not yet
+    saved."""
     _ctranslate2()  # a clear message when it is missing
     from ctranslate2.specs import common_spec, transformer_spec
 
@@ -95,7 +96,7 @@ def build_spec(model: Any, src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer) -
         pre_norm=True,
         activation=common_spec.Activation.GELU,  # F.gelu's default is the exact erf form
         rotary_dim=0,  # 0 = every dimension of the head
-        rotary_interleave=False,  # rotate the halves (x1, x2), as export/positional.py apply_rope does
+        rotary_interleave=False,  # rotate the halves (x1, x2), as export/model/positional.py apply_rope does
         rotary_base=cfg.rope_base,
     )
     encoder = transformer_spec.TransformerEncoderSpec(cfg.n_layers, cfg.n_heads, **shape)
@@ -161,7 +162,7 @@ def convert(checkpoint_dir: Path, out_dir: Path, quantization: str | None = None
     quantization: None keeps float32; "int8" (and CTranslate2's other weight types) quantizes the weights, the
     embeddings and the tied projection included. Our tokenizers and the checkpoint's config travel with it.
     """
-    from export import seq2seq
+    from export.training import seq2seq
 
     checkpoint_dir, out_dir = Path(checkpoint_dir), Path(out_dir)
     model, _, src_tokenizer, tgt_tokenizer = seq2seq.load(checkpoint_dir)
@@ -295,7 +296,7 @@ def onnx_generate(
     batch_size: int = BATCH_SIZE,
 ) -> list[list[int]]:
     """Our generator's target ids per sentence: the front model's tokenizer and padding, batch_size at a time."""
-    from export.seq2seq_export import generate_onnx
+    from export.graphs.seq2seq_export import generate_onnx
     from serving.frontends.base import BatchTokenizer
 
     tokenizer = BatchTokenizer(src_tokenizer, max_tokens)
@@ -376,7 +377,7 @@ def time_onnx_generator(
     generator: Path | None = None,
 ) -> dict[str, Any]:
     """Our ONNX generator under the same protocol (the front model's tokenization and padding done beforehand)."""
-    from export.seq2seq_export import generate_onnx
+    from export.graphs.seq2seq_export import generate_onnx
     from serving.frontends.base import BatchTokenizer
 
     config = json.loads((CHECKPOINT / "config.json").read_text(encoding="utf-8"))
@@ -398,7 +399,7 @@ def time_onnx_generator(
 
 
 def read_test_sentences(data_dir: Path) -> list[str]:
-    """The Chinese side of the Tatoeba test file, in file order (export.data.read_translation's test pairs)."""
+    """The Chinese side of the Tatoeba test file, in file order (export.training.data.read_translation's test pairs)."""
     path = Path(data_dir) / TEST_FILE
     with open(path, encoding="utf-8") as f:
         next(f)  # header zh<TAB>en
@@ -406,7 +407,7 @@ def read_test_sentences(data_dir: Path) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from export.data import DEFAULT_DATA_DIR
+    from export.training.data import DEFAULT_DATA_DIR
     from serving.ort_backend.session_config import available_cpus
 
     parser = argparse.ArgumentParser(

@@ -2,7 +2,7 @@
 
 No file is required: without its data a section measures on the load test's built-in texts or leaves a figure
 out, and the run says which before it starts (:func:`plan`) and again in the report. The file lists are the
-files the readers in :mod:`export.data` open; a reader fails on the first one it lacks, so a dataset counts
+files the readers in :mod:`export.training.data` open; a reader fails on the first one it lacks, so a dataset counts
 as present only when all of its files are.
 """
 

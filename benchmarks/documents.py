@@ -86,7 +86,7 @@ class Translator:
 
 
 def quality(data_dir: Path, limit: int | None = None) -> dict[str, Any]:
-    from export.scores import bleu_chrf
+    from export.training.scores import bleu_chrf
 
     pairs = test_pairs(data_dir)[:limit]
     translate = Translator()

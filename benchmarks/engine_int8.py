@@ -1,10 +1,10 @@
 """fp32 against int8 step graphs on the continuous-batching engine: quality on the test sets, offline tokens/s.
 
 The step graphs of the shipped translate and summarize checkpoints are exported into a temporary folder and
-quantized there (export/step_export.py: `quantize_step_graphs`, MatMul weights int8, RoPE path float). For each
+quantized there (export/graphs/step_export.py: `quantize_step_graphs`, MatMul weights int8, RoPE path float). For each
 precision the engine runs offline, in this thread, with every test source submitted at once:
 
-- translate: the Tatoeba zh→en test pairs, greedy and beam 4, 48 new tokens, BLEU and chrF (export.scores
+- translate: the Tatoeba zh→en test pairs, greedy and beam 4, 48 new tokens, BLEU and chrF (export.training.scores
   `bleu_chrf`, as in the checkpoint's metrics.json);
 - summarize: the test split (or its first --summarize-limit texts), greedy and beam 4, 40 new tokens, ROUGE
   (`rouge_chars`).
@@ -29,8 +29,8 @@ from pathlib import Path
 
 import onnxruntime as ort
 
-from export import seq2seq
-from export.step_export import export_step_graphs, quantize_graph
+from export.graphs.step_export import export_step_graphs, quantize_graph
+from export.training import seq2seq
 from serving.engine.config import EngineConfig
 from serving.engine.engine import Engine, Job
 from serving.text.tokenizer import detokenize

@@ -17,7 +17,7 @@ import torch
 from fastapi import FastAPI
 from pydantic import BaseModel
 
-from export import sentiment
+from export.training import sentiment
 from serving.frontends.base import BatchTokenizer
 from serving.frontends.sentiment import label_and_score
 

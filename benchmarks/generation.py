@@ -17,11 +17,11 @@ from benchmarks import data, threads
 from benchmarks.onnx_variants import session
 from benchmarks.profiles import CHECKPOINTS, REPOSITORY, Profile
 from benchmarks.stats import interleaved, summarize
-from export import seq2seq
-from export.data import Pair
-from export.reference_search import greedy
-from export.seq2seq_export import generate_onnx
-from export.training import pad_batch
+from export.graphs.seq2seq_export import generate_onnx
+from export.model.reference_search import greedy
+from export.training import seq2seq
+from export.training.data import Pair
+from export.training.loop import pad_batch
 from serving.ort_backend.session_config import available_cpus
 from tasks.definition import get as get_task
 

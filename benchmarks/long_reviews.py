@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.stats import cpu_flags
-from export.data import DEFAULT_DATA_DIR, sentiment_splits
+from export.training.data import DEFAULT_DATA_DIR, sentiment_splits
 from serving.frontends.base import length_buckets
 from serving.frontends.sentiment import ENCODER_ROWS, POOLING, label_and_score, pad_rows
 from serving.frontends.windows import POOLINGS, pool, window_rows

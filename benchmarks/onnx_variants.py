@@ -10,8 +10,8 @@ import onnxruntime as ort
 import torch
 from torch import nn
 
-from export.onnx_export import export_encoder_classifier
-from export.step_export import rope_path_nodes  # shared with the engine's int8 step graphs
+from export.graphs.onnx_export import export_encoder_classifier
+from export.graphs.step_export import rope_path_nodes  # shared with the engine's int8 step graphs
 from serving.ort_backend.session_config import OrtSettings, available_cpus, session_options
 from serving.providers import inference_session
 
@@ -55,7 +55,7 @@ def quantize_int8(src: Path, dst: Path) -> list[str]:
 
 class OrtClassifier(nn.Module):
     """An ORT session behind the (input_ids, attention_mask) → logits interface of the PyTorch classifier,
-    so the project's evaluation (:func:`export.sentiment.predict`) runs on it unchanged."""
+    so the project's evaluation (:func:`export.training.sentiment.predict`) runs on it unchanged."""
 
     def __init__(self, sess: ort.InferenceSession) -> None:
         super().__init__()

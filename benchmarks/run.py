@@ -16,7 +16,7 @@ from typing import Any
 from benchmarks import ceiling, checks, data, plots, report
 from benchmarks.profiles import ROOT, SECTIONS, profile
 from benchmarks.stats import load_average, machine
-from export.data import DEFAULT_DATA_DIR
+from export.training.data import DEFAULT_DATA_DIR
 
 DEFAULT_OUT = ROOT / "benchmarks" / "results"
 

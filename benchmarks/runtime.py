@@ -20,9 +20,9 @@ from benchmarks import data, threads
 from benchmarks.onnx_variants import OrtClassifier, export_decomposed, quantize_int8, session
 from benchmarks.profiles import CHECKPOINTS, REPOSITORY, Profile
 from benchmarks.stats import interleaved, rate, summarize
-from export import sentiment
-from export.data import sentiment_splits
-from export.onnx_export import count_ops
+from export.graphs.onnx_export import count_ops
+from export.training import sentiment
+from export.training.data import sentiment_splits
 from serving.ort_backend.session_config import available_cpus
 
 EAGER, DECOMPOSED, FUSED, INT8 = "pytorch_eager", "ort_decomposed", "ort_fused", "ort_int8"

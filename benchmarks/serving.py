@@ -27,7 +27,7 @@ from benchmarks.onnx_variants import session
 from benchmarks.profiles import REPOSITORY, Profile
 from benchmarks.stats import interleaved, percentile, summarize, summarize_runs
 from benchmarks.variant_repository import SENTIMENT_MODELS, ServingVariant, build
-from export.data import sentiment_splits
+from export.training.data import sentiment_splits
 from serving.frontends.base import BatchTokenizer, length_buckets
 from serving.launcher.embedded import EmbeddedTriton, ServerOptions, free_ports
 

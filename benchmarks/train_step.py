@@ -17,9 +17,10 @@ import time
 import torch
 
 from benchmarks.profiles import CHECKPOINTS
-from export.checkpoint import read_json
-from export.model import ModelConfig, Seq2Seq
-from export.seq2seq import seq2seq_loss
+from export.model.checkpoint import read_json
+from export.model.config import ModelConfig
+from export.model.transformer import Seq2Seq
+from export.training.seq2seq import seq2seq_loss
 
 
 def main(argv: list[str] | None = None) -> int:

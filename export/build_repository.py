@@ -49,8 +49,8 @@ def fingerprint(task: Task, source: Path) -> str:
 
 
 def encoder_classifier(task: Task, checkpoint: Path, destination: Path) -> Path:
-    from export import sentiment
-    from export.onnx_export import export_encoder_classifier
+    from export.graphs.onnx_export import export_encoder_classifier
+    from export.training import sentiment
 
     model, _, _ = sentiment.load(checkpoint)
     return export_encoder_classifier(model, destination)
@@ -58,9 +58,9 @@ def encoder_classifier(task: Task, checkpoint: Path, destination: Path) -> Path:
 
 def seq2seq_generator(task: Task, checkpoint: Path, destination: Path) -> Path:
     """The BeamSearch generator, its length limit the top of the task's `max_new_tokens` range."""
-    from export import seq2seq
-    from export.reference_search import ReferenceSearch
-    from export.seq2seq_export import export_generator
+    from export.graphs.seq2seq_export import export_generator
+    from export.model.reference_search import ReferenceSearch
+    from export.training import seq2seq
 
     model, config, _, _ = seq2seq.load(checkpoint)
     max_len = task.option("max_new_tokens").high + 1  # the start token counts
@@ -68,9 +68,10 @@ def seq2seq_generator(task: Task, checkpoint: Path, destination: Path) -> Path:
 
 
 def span_scorer(task: Task, checkpoint: Path, destination: Path) -> Path:
-    """The extractive summarizer's token scorer (export/extractive.py), from the checkpoint's extractor folder."""
-    from export import extractive
-    from export.onnx_export import export_encoder_classifier
+    """The extractive summarizer's token scorer (export/training/extractive.py), from the checkpoint's extractor
+    folder."""
+    from export.graphs.onnx_export import export_encoder_classifier
+    from export.training import extractive
 
     model, _, _ = extractive.load(checkpoint / extractive.EXTRACTOR_FOLDER)
     return export_encoder_classifier(model, destination, output="token_scores")
@@ -78,9 +79,9 @@ def span_scorer(task: Task, checkpoint: Path, destination: Path) -> Path:
 
 def step_graphs(task: Task, checkpoint: Path, folder: Path) -> list[Path]:
     """The continuous-batching engine's encoder.onnx and decoder.onnx, and their int8 twins that the front model
-    runs with precision = "int8" (export/step_export.py)."""
-    from export import seq2seq
-    from export.step_export import export_step_graphs, quantize_step_graphs
+    runs with precision = "int8" (export/graphs/step_export.py)."""
+    from export.graphs.step_export import export_step_graphs, quantize_step_graphs
+    from export.training import seq2seq
 
     model, _, _, _ = seq2seq.load(checkpoint)
     return [*export_step_graphs(model, folder), *quantize_step_graphs(folder)]
@@ -95,7 +96,7 @@ def encoder_copy(task: Task, checkpoint: Path, folder: Path) -> list[Path]:
 
 
 def explainer(task: Task, checkpoint: Path, destination: Path) -> Path:
-    from export.explain_export import export_explainer
+    from export.graphs.explain_export import export_explainer
 
     return export_explainer(task.name, checkpoint, destination)
 

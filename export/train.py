@@ -12,9 +12,9 @@ import shlex
 import sys
 from pathlib import Path
 
-from export.data import DEFAULT_DATA_DIR
-from export.model import ModelConfig
-from export.training import TrainConfig
+from export.model.config import ModelConfig
+from export.training.data import DEFAULT_DATA_DIR
+from export.training.loop import TrainConfig
 
 # Per-task defaults, sized to train on 2 CPU cores within the stated budget.
 DEFAULTS = {
@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--mined-negations",
         action="store_true",
-        help="sentiment: add negated clauses mined from the training reviews (export/negation_mining.py)",
+        help="sentiment: add negated clauses mined from the training reviews (export/training/negation_mining.py)",
     )
     p.add_argument(
         "--distill",
@@ -121,8 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--extractive",
         action="store_true",
-        help="summarize: train the extractive span scorer (export/extractive.py) instead of the generator, starting "
-        "from the encoder of the summarize checkpoint in --init; default --out checkpoints/summarize/extractor",
+        help="summarize: train the extractive span scorer (export/training/extractive.py) instead of the generator, "
+        "starting from the encoder of the summarize checkpoint in --init; default --out "
+        "checkpoints/summarize/extractor",
     )
     p.add_argument(
         "--init",
@@ -210,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.init is not None and args.task == "sentiment":
         build_parser().error("--init applies to translate and summarize only")
     if args.extractive:
-        from export import extractive
+        from export.training import extractive
 
         extractive.run(
             args.data_dir,
@@ -222,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
             command,
         )
     elif args.task == "sentiment":
-        from export import sentiment
+        from export.training import sentiment
 
         sentiment.run(
             args.data_dir,
@@ -242,8 +243,8 @@ def main(argv: list[str] | None = None) -> int:
             distill=args.distill,
         )
     else:
-        from export import seq2seq
-        from export.reference_search import ReferenceSearch
+        from export.model.reference_search import ReferenceSearch
+        from export.training import seq2seq
 
         seq2seq.run(
             args.task,

@@ -1,4 +1,5 @@
-"""The four positional schemes do what the seed documents say, and `python -m export.ablation` writes its report."""
+"""The four positional schemes do what the seed documents say, and `python -m export.evaluation.ablation` writes its
+report."""
 
 import json
 import math
@@ -8,10 +9,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from export.ablation import IGNORE, NOT, POSITIVE, main, negation_example, order_example
-from export.checkpoint import read_json
-from export.model import Encoder, ModelConfig, SentimentClassifier, Seq2Seq
-from export.positional import POSITIONAL_SCHEMES, RelativePositionBias, apply_rope, sinusoidal_table
+from export.evaluation.ablation import IGNORE, NOT, POSITIVE, main, negation_example, order_example
+from export.model.checkpoint import read_json
+from export.model.config import POSITIONAL_SCHEMES, ModelConfig
+from export.model.positional import RelativePositionBias, apply_rope, sinusoidal_table
+from export.model.transformer import Encoder, SentimentClassifier, Seq2Seq
 
 SMALL = dict(vocab_size=50, d_model=32, n_heads=4, n_layers=2, d_ff=64, max_len=64, dropout=0.0)
 CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"
@@ -130,7 +132,7 @@ def test_non_rope_schemes_export_fused_and_match_pytorch(scheme, tmp_path, ngc_o
     import numpy as np
     import onnxruntime as ort
 
-    from export.onnx_export import count_ops, export_encoder_classifier
+    from export.graphs.onnx_export import count_ops, export_encoder_classifier
 
     torch.manual_seed(2)
     model = SentimentClassifier(ModelConfig(**{**SMALL, "n_layers": 1}, positional=scheme)).eval()

@@ -32,8 +32,8 @@ from benchmarks.onnx_variants import rope_path_nodes
 from benchmarks.profiles import REPOSITORY, SECTIONS, profile
 from benchmarks.stats import summarize
 from benchmarks.variant_repository import ServingVariant, rewrite_config
-from export import seq2seq
-from export.data import read_sentiment
+from export.training import seq2seq
+from export.training.data import read_sentiment
 from loadtest.texts import load_texts
 from serving.frontends.options import check_options
 from serving.ort_backend.session_config import available_cpus

@@ -13,10 +13,10 @@ import pytest
 import torch
 from test_generation_parity import SENTENCES  # the everyday sentences, when the test set is missing
 
-from export import seq2seq
-from export.data import Pair
-from export.reference_search import ReferenceSearch
-from export.step_export import StepDecoder, export_step_graphs
+from export.graphs.step_export import StepDecoder, export_step_graphs
+from export.model.reference_search import ReferenceSearch
+from export.training import seq2seq
+from export.training.data import Pair
 from serving.engine import search
 from serving.engine.config import EngineConfig
 from serving.engine.engine import ENCODER_CALL_TOKENS, Engine, Job, length_groups

@@ -1,4 +1,4 @@
-"""The engine's int8 step graphs (export/step_export.py: quantize_step_graphs) from the shipped translate
+"""The engine's int8 step graphs (export/graphs/step_export.py: quantize_step_graphs) from the shipped translate
 checkpoint: the fused attention and rotary nodes survive quantization, nothing on the RoPE path is quantized, the
 graphs load in the served image's onnxruntime too, and greedy int8 decoding mostly gives the fp32 tokens.
 
@@ -15,8 +15,8 @@ import onnx
 import pytest
 from test_generation_parity import SENTENCES  # everyday sentences: no dataset needed
 
-from export import seq2seq
-from export.step_export import export_step_graphs, quantize_step_graphs, rope_path_nodes
+from export.graphs.step_export import export_step_graphs, quantize_step_graphs, rope_path_nodes
+from export.training import seq2seq
 from serving.engine.config import EngineConfig
 from serving.engine.engine import Engine, Job
 

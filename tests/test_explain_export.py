@@ -7,16 +7,17 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from export.attention import AttentionRecord
-from export.explain_export import (
+from export.graphs.explain_export import (
     SentimentExplainer,
     TranslateExplainer,
     export_sentiment_explainer,
     export_translate_explainer,
 )
-from export.model import ModelConfig, SentimentClassifier, Seq2Seq
-from export.onnx_export import count_ops
-from export.reference_search import greedy
+from export.graphs.onnx_export import count_ops
+from export.model.attention import AttentionRecord
+from export.model.config import ModelConfig
+from export.model.reference_search import greedy
+from export.model.transformer import SentimentClassifier, Seq2Seq
 from serving.frontends.explain import (
     attention_rollout,
     decoder_inputs,

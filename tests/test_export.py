@@ -5,8 +5,9 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from export.model import ModelConfig, SentimentClassifier
-from export.onnx_export import count_ops, export_encoder_classifier
+from export.graphs.onnx_export import count_ops, export_encoder_classifier
+from export.model.config import ModelConfig
+from export.model.transformer import SentimentClassifier
 
 CFG = ModelConfig(vocab_size=300, d_model=64, n_heads=4, n_layers=3, d_ff=128, dropout=0.0)
 

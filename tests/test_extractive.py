@@ -1,4 +1,4 @@
-"""The extractive summarizer (export/extractive.py): its training run, and its ONNX export against PyTorch."""
+"""The extractive summarizer (export/training/extractive.py): its training run, and its ONNX export against PyTorch."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from benchmarks.data import available, fallback_texts
-from export import extractive
-from export.data import DEFAULT_DATA_DIR, read_summarization
-from export.onnx_export import count_ops, export_encoder_classifier
+from export.graphs.onnx_export import count_ops, export_encoder_classifier
 from export.train import main as train_main
-from export.training import pad_batch
+from export.training import extractive
+from export.training.data import DEFAULT_DATA_DIR, read_summarization
+from export.training.loop import pad_batch
 
 pytestmark = pytest.mark.export
 SHIPPED = Path(__file__).resolve().parents[1] / "checkpoints" / "summarize" / extractive.EXTRACTOR_FOLDER
@@ -36,7 +36,7 @@ def test_tiny_extractive_run_starts_from_a_summarize_checkpoint(fake_data_dir, t
     assert {"extractive", "lead_baseline", "first_sentence_baseline", "oracle_span"} <= set(metrics["test"])
     assert metrics["history"]["selected"] == {"dev_rougeL": max(e["dev_rougeL"] for e in metrics["history"]["epochs"])}
     model, _, _ = extractive.load(out)
-    from export import seq2seq
+    from export.training import seq2seq
 
     generator, _, _, _ = seq2seq.load(init)
     assert model.encoder.embed.weight.shape == generator.encoder.embed.weight.shape  # the same vocabulary

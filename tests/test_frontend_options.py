@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-from serving.frontends.continuous import ContinuousFront
+from serving.frontends.engine_front import EngineFront
 from serving.frontends.options import GenerationOptions, check_options
 from tasks import registry
 
@@ -44,7 +44,7 @@ class NoTensors:
 
 
 def test_a_request_without_options_gets_the_definitions_defaults_as_typed_fields():
-    front = ContinuousFront.__new__(ContinuousFront)  # no Triton: only what parse_options reads
+    front = EngineFront.__new__(EngineFront)  # no Triton: only what parse_options reads
     front.pb, front.task = NoTensors(), registry()["translate"]
     options = front.parse_options(request=None, rows=1)
     assert isinstance(options, GenerationOptions)

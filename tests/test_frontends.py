@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from export.seq2seq import TASKS
+from export.training.seq2seq import TASKS
 from serving.frontends.base import (
     BatchTokenizer,
     Encoded,

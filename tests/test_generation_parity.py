@@ -1,6 +1,6 @@
 """The trained translation checkpoint: ONNX BeamSearch generation equals the PyTorch reference.
 
-The full-test-set measurement (`python -m export.parity translate`) is committed in
+The full-test-set measurement (`python -m export.graphs.parity translate`) is committed in
 checkpoints/translate/parity.json; here the same comparison runs on sentences written for the
 test, so it needs no dataset.
 """
@@ -12,9 +12,9 @@ from pathlib import Path
 import onnxruntime as ort
 import pytest
 
-from export import seq2seq
-from export.parity import agreement
-from export.seq2seq_export import export_generator
+from export.graphs.parity import agreement
+from export.graphs.seq2seq_export import export_generator
+from export.training import seq2seq
 
 pytestmark = pytest.mark.export  # exports and runs ONNX generators: seconds each
 

@@ -72,8 +72,9 @@ def test_summary_is_short_chinese(client):
 
 
 def test_extractive_summaries_are_the_scorers_best_spans(client):
-    """The default mode answers the span PyTorch's scorer ranks first (export/extractive.py), cut from the text."""
-    from export import extractive
+    """The default mode answers the span PyTorch's scorer ranks first (export/training/extractive.py), cut from the
+    text."""
+    from export.training import extractive
 
     model, config, tokenizer = extractive.load(ROOT / "checkpoints" / "summarize" / extractive.EXTRACTOR_FOLDER)
     articles = [NEWS, *registry()["summarize"].loadtest.texts]

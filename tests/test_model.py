@@ -5,9 +5,10 @@ import math
 import pytest
 import torch
 
-from export.attention import AttentionRecord, attention, set_attention, using_attention
-from export.model import ModelConfig, SentimentClassifier
-from export.positional import apply_rope, rope_tables
+from export.model.attention import AttentionRecord, attention, set_attention, using_attention
+from export.model.config import ModelConfig
+from export.model.positional import apply_rope, rope_tables
+from export.model.transformer import SentimentClassifier
 
 torch.manual_seed(0)
 

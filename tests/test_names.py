@@ -1,9 +1,9 @@
-"""Names come out right: the name probes of export/name_probes.py through the real `translate` endpoint."""
+"""Names come out right: the name probes of export/evaluation/name_probes.py through the real `translate` endpoint."""
 
 from __future__ import annotations
 
 from clients import Client
-from export.name_probes import NAMED, meets_goal, wrong_names
+from export.evaluation.name_probes import NAMED, meets_goal, wrong_names
 
 
 def test_names_come_out_right_with_the_endpoints_defaults(triton):

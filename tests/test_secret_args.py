@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from serving import secret_args
+from serving.launcher import secret_args
 
 PROBE = """
 import os, sys

@@ -8,15 +8,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from export.model import KVCache, ModelConfig, Seq2Seq
-from export.reference_search import ReferenceSearch, beam_search, block_repeated_ngrams, greedy
-from export.seq2seq_export import (
+from export.graphs.seq2seq_export import (
     DecoderStep,
     EncoderStep,
     export_generator,
     generate_onnx,
     subgraph_model,
 )
+from export.model.config import ModelConfig
+from export.model.reference_search import ReferenceSearch, beam_search, block_repeated_ngrams, greedy
+from export.model.transformer import KVCache, Seq2Seq
 from serving.text.tokenizer import strip_generated
 
 pytestmark = pytest.mark.export  # exports and runs ONNX generators: seconds each

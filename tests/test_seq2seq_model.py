@@ -5,8 +5,9 @@ import math
 import pytest
 import torch
 
-from export.attention import attention, split_heads, using_attention
-from export.model import CrossAttention, KVCache, ModelConfig, Seq2Seq
+from export.model.attention import attention, split_heads, using_attention
+from export.model.config import ModelConfig
+from export.model.transformer import CrossAttention, KVCache, Seq2Seq
 
 SIZES = dict(d_model=32, n_heads=4, n_layers=2, n_decoder_layers=2, d_ff=64, dropout=0.0)
 CFG = ModelConfig(vocab_size=120, tgt_vocab_size=90, **SIZES)

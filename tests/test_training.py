@@ -3,10 +3,18 @@
 import json
 import random
 
-from export import build_repository, sentiment
-from export.data import LabelledText, dedupe_labelled, normalize_key, read_sentiment, seeded_split, sentiment_splits
-from export.onnx_export import count_ops
+from export import build_repository
+from export.graphs.onnx_export import count_ops
 from export.train import main as train_main
+from export.training import sentiment
+from export.training.data import (
+    LabelledText,
+    dedupe_labelled,
+    normalize_key,
+    read_sentiment,
+    seeded_split,
+    sentiment_splits,
+)
 from serving.text.tokenizer import UNK_ID
 
 
@@ -65,7 +73,7 @@ def test_tiny_training_run_writes_a_servable_checkpoint(fake_data_dir, tmp_path,
     assert [e["epoch"] for e in metrics["history"]["epochs"]] == [1, 2, 3, 4]
 
     # the scoring tool recomputes the test scores the run wrote, per set
-    from export import sentiment_scores
+    from export.evaluation import sentiment_scores
 
     capsys.readouterr()
     assert sentiment_scores.main([str(out), "--data-dir", str(fake_data_dir)]) == 0
@@ -110,7 +118,7 @@ def test_pretraining_word_tokenizer_distillation_and_bf16(fake_data_dir, tmp_pat
 
 
 def test_teacher_soft_labels_come_from_folds_that_did_not_see_the_text():
-    from export import ngram_teacher
+    from export.training import ngram_teacher
 
     # every text occurs once with a random label: a teacher that saw it would echo the label,
     # one that did not has nothing to go on and stays near 0.5
@@ -126,7 +134,7 @@ def test_teacher_soft_labels_come_from_folds_that_did_not_see_the_text():
 def test_mask_tokens_only_touches_real_tokens():
     import torch
 
-    from export.sentiment import mask_tokens
+    from export.training.sentiment import mask_tokens
 
     x = torch.randint(4, 50, (8, 32))
     mask = torch.ones_like(x)
@@ -142,9 +150,9 @@ def test_masked_lm_loss_reads_the_target_positions_only():
     import torch
     import torch.nn.functional as F
 
-    from export.heads import MaskedLanguageModel
-    from export.model import ModelConfig
-    from export.sentiment import SentimentClassifier, mask_tokens
+    from export.model.config import ModelConfig
+    from export.model.heads import MaskedLanguageModel
+    from export.training.sentiment import SentimentClassifier, mask_tokens
 
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=60, d_model=32, n_heads=2, n_layers=1, d_ff=64, num_labels=2, dropout=0.0)
@@ -165,8 +173,8 @@ def test_masked_lm_loss_reads_the_target_positions_only():
 def test_word_dropout_spares_padding_and_the_start_token():
     import torch
 
-    from export.seq2seq import seq2seq_loss
-    from export.training import drop_tokens
+    from export.training.loop import drop_tokens
+    from export.training.seq2seq import seq2seq_loss
 
     x = torch.randint(4, 50, (8, 32))
     mask = torch.ones_like(x)
@@ -192,7 +200,7 @@ def test_word_dropout_spares_padding_and_the_start_token():
 
 
 def test_negation_templates_flip_the_polarity_word_and_skip_probes():
-    from export.data import negation_examples
+    from export.training.data import negation_examples
 
     rows = negation_examples(exclude={"这家店不差"})
     texts = {r.text: r.label for r in rows}
@@ -202,7 +210,7 @@ def test_negation_templates_flip_the_polarity_word_and_skip_probes():
 
 
 def test_negated_clauses_are_short_and_negate_once():
-    from export.negation_mining import negated_clauses
+    from export.training.negation_mining import negated_clauses
 
     review = "质量很好，用了半年从来没出过问题！味道不错。不是不好。这款手机用了三年多一点都没有出现过任何问题呢"
     # 不错 negates nothing, 不是不好 negates twice, and the last clause is too long
@@ -210,8 +218,8 @@ def test_negated_clauses_are_short_and_negate_once():
 
 
 def test_mined_clauses_are_negated_complaints_in_clearly_positive_reviews():
-    from export import ngram_teacher
-    from export.negation_mining import mine
+    from export.training import ngram_teacher
+    from export.training.negation_mining import mine
 
     rng = random.Random(0)
     praise, complaints = ["很好", "满意", "推荐", "喜欢"], ["出过问题", "问题很多", "失望", "很差"]
@@ -227,7 +235,7 @@ def test_mined_clauses_are_negated_complaints_in_clearly_positive_reviews():
 
 
 def test_tiny_summarize_run_with_lead_pretraining(fake_data_dir, tmp_path):
-    from export.seq2seq import first_sentence
+    from export.training.seq2seq import first_sentence
 
     assert first_sentence("今天上午，市政府召开发布会。介绍了进展。") == "今天上午，市政府召开发布会"
     assert first_sentence("没有句号" * 20, max_chars=10) == "没有句号没有句号没有"
@@ -264,7 +272,7 @@ def test_tiny_summarize_run_selects_by_dev_rouge_with_copy_and_no_repeats(fake_d
 def test_weight_average_follows_the_weights_and_swaps_back():
     import torch
 
-    from export.training import WeightAverage
+    from export.training.loop import WeightAverage
 
     model = torch.nn.Linear(3, 2)
     start = {k: v.clone() for k, v in model.state_dict().items()}
@@ -284,7 +292,7 @@ def test_tiny_translate_run_keeps_the_averaged_weights(fake_data_dir, tmp_path):
     import pytest
     import torch
 
-    from export import seq2seq
+    from export.training import seq2seq
 
     out, state = tmp_path / "ck", tmp_path / "st.pt"
     argv = ["translate", "--data-dir", str(fake_data_dir), "--out", str(out), "--state", str(state)]
@@ -304,7 +312,7 @@ def test_tiny_translate_run_keeps_the_averaged_weights(fake_data_dir, tmp_path):
 
 
 def test_dictionary_entries_become_short_glosses():
-    from export.data import dictionary_gloss
+    from export.training.data import dictionary_gloss
 
     assert dictionary_gloss("Beijing municipality, capital of the People's Republic of China (abbr. to 京[Jing1])") == (
         "Beijing"
@@ -319,7 +327,7 @@ def test_dictionary_entries_become_short_glosses():
 def test_extra_corpora_are_read_cleaned_and_kept_out_of_the_test_sets(fake_data_dir):
     import pytest
 
-    from export.data import read_translation_extra, read_wmt
+    from export.training.data import read_translation_extra, read_wmt
 
     pairs = read_translation_extra(fake_data_dir, ["bmeld", "cedict"])
     assert ("你一定忙得不可开交。", "You must've had your hands full.") in {(p.source, p.target) for p in pairs}
@@ -366,7 +374,7 @@ def test_the_main_set_weight_needs_extra_corpora_and_a_positive_value(capsys):
 
 
 def test_name_probes_count_a_name_in_any_accepted_spelling():
-    from export.name_probes import NAMED, wrong_names
+    from export.evaluation.name_probes import NAMED, wrong_names
 
     assert len(NAMED) >= 30
     right = ["Beijing is the capital of China." if s == "北京是中国的首都。" else p for s, p in NAMED]
@@ -381,7 +389,7 @@ def test_a_translate_run_can_continue_from_a_finished_checkpoint(fake_data_dir, 
     import pytest
     import torch
 
-    from export import seq2seq
+    from export.training import seq2seq
 
     first = tmp_path / "first"
     argv = ["translate", "--data-dir", str(fake_data_dir), "--epochs", "1", "--minutes", "1", "--heads", "2"]

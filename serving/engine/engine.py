@@ -1,4 +1,4 @@
-"""The generation engine: iteration-level (continuous) batching over the step graphs of export/step_export.py.
+"""The generation engine: iteration-level (continuous) batching over the step graphs of export/graphs/step_export.py.
 
 One running batch holds the rows of every source being decoded (num_beams rows each). Each iteration:
 

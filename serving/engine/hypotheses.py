@@ -1,8 +1,8 @@
 """The rules of ONNX Runtime's BeamSearch that need no tensors: the finished sequences of one source, and the
 tokens its NoRepeatNGramLogitsProcessor blocks.
 
-Shared by the PyTorch reference (export/reference_search.py) and the serving engine (serving/engine/search.py), so it
-needs only NumPy.
+Shared by the PyTorch reference (export/model/reference_search.py) and the serving engine
+(serving/engine/search.py), so it needs only NumPy.
 """
 
 from __future__ import annotations

@@ -4,10 +4,11 @@ A `SourceSearch` owns `num_beams` rows of the engine's running batch and nothing
 log-probabilities of its own rows and says which of them the next step continues (the beam reorder), or that
 it is finished. Sources never look at each other, which is what lets them join and leave the batch at any step.
 
-The rules are the reference's (export/reference_search.py), which follows ONNX Runtime's BeamSearch op step by step:
-the top 2·k candidates over [k × vocab] of `log_probs + beam score`; an eos among the first k closes a hypothesis
-scored `sum_logprobs / len ** length_penalty` (len counts bos); with early stopping a source is done once it has
-k hypotheses; after max_new_tokens steps the live beams compete with the hypotheses. Greedy is argmax until eos.
+The rules are the reference's (export/model/reference_search.py), which follows ONNX Runtime's BeamSearch op step
+by step: the top 2·k candidates over [k × vocab] of `log_probs + beam score`; an eos among the first k closes a
+hypothesis scored `sum_logprobs / len ** length_penalty` (len counts bos); with early stopping a source is done once
+it has k hypotheses; after max_new_tokens steps the live beams compete with the hypotheses. Greedy is argmax until
+eos.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ stream sends a document in order: the sentence being decoded streams as it is ge
 before it is done.
 
 The engine's step graphs (encoder.onnx, decoder.onnx) sit in the front model's version folder
-(export/step_export.py writes them). With the Triton parameter `precision` = "int8" the front model runs their
+(export/graphs/step_export.py writes them). With the Triton parameter `precision` = "int8" the front model runs their
 int8 twins instead (encoder.int8.onnx, decoder.int8.onnx: quantize_step_graphs); default fp32. A request that
 would push the engine's queue past its bound is refused at once with UNAVAILABLE, which the SDK retries.
 """

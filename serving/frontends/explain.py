@@ -2,7 +2,7 @@
 
 Same input contract and validation as `translate` / `sentiment` (the shared flow of `base.FrontModel`),
 same answers (the same fast models produce them), plus tokens and attention matrices from the explain
-ONNX models of export/explain_export.py:
+ONNX models of export/graphs/explain_export.py:
 
 translate_explain  TEXT (+ MAX_NEW_TOKENS, NUM_BEAMS; one sentence per text unless SPLIT_SENTENCES=0)
                    → TRANSLATION [N, 1]; SOURCE_TOKENS [N, S]; TARGET_TOKENS [N, T]; ATTENTION [N, L, T, S]:

@@ -1,5 +1,5 @@
 """`summarize` and `summarize_stream`: the generator's headline (MODE = "abstractive"), or the text's best span
-(MODE = "extractive"), picked by the span scorer (the model of role `extractor`, export/extractive.py).
+(MODE = "extractive"), picked by the span scorer (the model of role `extractor`, export/training/extractive.py).
 
 Extraction is one BLS call for all texts of a group: the scorer gives every token of [bos] + text + [eos] a score,
 a candidate span (serving/text/spans.py, the same cut as in training) scores the mean over its tokens, and the best span

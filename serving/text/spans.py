@@ -4,7 +4,7 @@ A headline of the LCSTS kind is about 18 characters; a clause (text up to a comm
 shorter, a sentence often longer. Picking the best run of clauses of up to 30 characters from the texts of
 `lcsts_val.tsv` would score 36.9 character ROUGE-L, the best whole sentence 27.4, the first sentence 19.8.
 
-Training (export/extractive.py) and the summarize front model both build the scorer's input here
+Training (export/training/extractive.py) and the summarize front model both build the scorer's input here
 (:func:`candidates`), so the scorer ranks exactly the spans it learned to rank. A text longer than the scorer reads
 is served in windows of whole sentences (serving/frontends/windows.py), each scored on its own as
 :func:`window_candidates` builds it; training never sees those. No torch: the front models import it.

@@ -97,7 +97,7 @@ def attention(
     whose row b holds its cache_lengths[b] keys at the start: the new key goes in at column cache_lengths[b]
     and the row attends over columns 0..cache_lengths[b]. The present is the buffer so written. Fused, this is
     `com.microsoft::GroupQueryAttention`, which writes in place when the present is bound to the past's memory:
-    no copy of the cache per step (the continuous-batching decoder step, export/step_export.py).
+    no copy of the cache per step (the continuous-batching decoder step, export/graphs/step_export.py).
     """
     if impl == "ort_fused":
         if cache_lengths is not None:

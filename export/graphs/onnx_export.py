@@ -1,7 +1,7 @@
 """PyTorch → ONNX with fused attention, dynamic batch and sequence axes.
 
 `torch.onnx.export(..., dynamo=True)` traces the same forward that trains, with the model's attention
-set to "ort_fused" for the export (export/attention.py): every attention layer becomes one
+set to "ort_fused" for the export (export/model/attention.py): every attention layer becomes one
 `com.microsoft::MultiHeadAttention` node and RoPE `com.microsoft::RotaryEmbedding`. Opset 18 for the
 standard ops keeps the files loadable by ONNX Runtime 1.19 (the one inside NGC `tritonserver:24.10-py3`).
 """
@@ -18,7 +18,7 @@ import onnx
 import torch
 from torch import nn
 
-from export.attention import using_attention
+from export.model.attention import using_attention
 
 OPSET = 18
 

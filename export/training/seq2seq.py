@@ -18,7 +18,7 @@ from tokenizers import Tokenizer
 from torch import nn
 from tqdm import tqdm
 
-from export.checkpoint import (
+from export.model.checkpoint import (
     CONFIG_FILE,
     METRICS_FILE,
     load_weights,
@@ -26,7 +26,10 @@ from export.checkpoint import (
     round_to_stored_precision,
     save_checkpoint,
 )
-from export.data import (
+from export.model.config import ModelConfig
+from export.model.reference_search import DEFAULT_SEARCH, ReferenceSearch
+from export.model.transformer import Seq2Seq
+from export.training.data import (
     Pair,
     normalize_key,
     read_summarization,
@@ -35,10 +38,8 @@ from export.data import (
     read_wmt,
     seeded_split,
 )
-from export.model import ModelConfig, Seq2Seq
-from export.reference_search import DEFAULT_SEARCH, ReferenceSearch
-from export.scores import bleu_chrf, lead_baseline, rouge_chars
-from export.training import TrainConfig, drop_tokens, length_batches, pad_batch, train
+from export.training.loop import TrainConfig, drop_tokens, length_batches, pad_batch, train
+from export.training.scores import bleu_chrf, lead_baseline, rouge_chars
 from serving.text.tokenizer import BOS_ID, EOS_ID, detokenize, load_tokenizer, train_or_resume, train_tokenizer
 
 SOURCE_TOKENIZER, TARGET_TOKENIZER = "tokenizer.json", "target_tokenizer.json"
@@ -188,7 +189,7 @@ def run(
 
     token_dropout is word dropout on both sides of the training pairs (see seq2seq_loss).
 
-    corpora names more training sets (translate: export.data.EXTRA_TRANSLATION_FILES). They join the training
+    corpora names more training sets (translate: export.training.data.EXTRA_TRANSLATION_FILES). They join the training
     split only, so dev and test stay the main set's and scores compare with runs without them; a pair whose
     source is a dev or test sentence is dropped. main_weight > 1 repeats the main set's training pairs that many
     times in every epoch, so that a small in-domain set is not drowned by the extra text (the tokenizers still

@@ -9,17 +9,12 @@ served models use RoPE; the others are encoder-only.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
-from export.attention import ort_op
-
-if TYPE_CHECKING:
-    from export.model import ModelConfig
-
-POSITIONAL_SCHEMES = ("rope", "sinusoidal", "learned", "relative_bias")
+from export.model.attention import ort_op
+from export.model.config import ModelConfig
 
 
 def rope_tables(max_len: int, head_dim: int, base: float = 10000.0) -> tuple[Tensor, Tensor]:

@@ -4,7 +4,7 @@ The sentences are ours (none is a Tatoeba or WMT sentence); an output counts as 
 name (any accepted spelling). The goal is GOAL of them with beam 4, the `translate` endpoint's default, which
 tests/test_names.py checks through the served endpoint; greedy is reported beside it. To compare checkpoints:
 
-    python -m export.name_probes checkpoints/translate [runs/other/ck ...]
+    python -m export.evaluation.name_probes checkpoints/translate [runs/other/ck ...]
 """
 
 from __future__ import annotations
@@ -68,12 +68,14 @@ def wrong_names(outputs: Sequence[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m export.name_probes", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m export.evaluation.name_probes", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("checkpoints", nargs="+", help="translate checkpoint folders")
     args = parser.parse_args(argv)
-    from export import seq2seq
-    from export.data import Pair
-    from export.reference_search import ReferenceSearch
+    from export.model.reference_search import ReferenceSearch
+    from export.training import seq2seq
+    from export.training.data import Pair
 
     for folder in args.checkpoints:
         model, config, source, target = seq2seq.load(folder)

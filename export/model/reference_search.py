@@ -1,6 +1,6 @@
 """Reference generation in PyTorch: greedy and beam search over the `Seq2Seq` KV cache.
 
-These are the ground truth for the exported generator (`export/seq2seq_export.py`), so they follow
+These are the ground truth for the exported generator (`export/graphs/seq2seq_export.py`), so they follow
 ONNX Runtime's `com.microsoft.BeamSearch` (model_type=1, CPU) step by step rather than Hugging Face:
 
 - Decoding starts from bos; every step scores `log_softmax(logits) + beam score`, flattened over
@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from export.model import KVCache, Seq2Seq
+from export.model.transformer import KVCache, Seq2Seq
 from serving.engine.hypotheses import Hypotheses, repeated_ngram_tokens
 
 INITIAL_BEAM_SCORE = -1e9  # beams 1..k-1 at the first step (ORT: InitBeamState)

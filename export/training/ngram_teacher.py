@@ -45,5 +45,5 @@ def out_of_fold_probabilities(
 
 def fit(texts: Sequence[str], labels: Sequence[int]):
     """The teacher fitted on all given texts: its own dev and test accuracy, and the reading that
-    export/negation_mining.py mines negated clauses with."""
+    export/training/negation_mining.py mines negated clauses with."""
     return _model().fit(list(texts), list(labels))

@@ -1,6 +1,6 @@
 """Seq2Seq → two ONNX graphs for iteration-level (continuous) batching: an encoder and a one-token decoder step.
 
-The BeamSearch generator (export/seq2seq_export.py) runs a whole batch from the first token to the last: every
+The BeamSearch generator (export/graphs/seq2seq_export.py) runs a whole batch from the first token to the last: every
 row has the same position and nothing joins on the way. These graphs let the serving engine (serving/engine/)
 drive the loop itself: rows join the running batch at any step and leave it the step they finish, so each row of
 the decoder step sits at its own position with its own cache length. Every attention is one fused
@@ -15,7 +15,7 @@ decoder step
              the keys it has cached), past_{key,value}_self_i float32 [B, H, C, Dh] (row b's cache in
              columns 0..positions[b]-1 of a buffer of C > max(positions) columns), cross_mask int32 [N, S],
              cross_{key,value}_i [N, H, S, Dh]: once per source, with B = N · rows per source (a source's rows
-             consecutive, export/attention.py: group_by_source), or once per row (N = B)
+             consecutive, export/model/attention.py: group_by_source), or once per row (N = B)
     outputs  log_probs float32 [B, V] (log-softmax of the next-token logits; log p with the copy pointer),
              top_log_probs float32 / top_ids int64 [B, 16]: each row's 16 best, best first (enough for the
              2·k candidates of a beam search up to 8 beams; the engine then reads only these),
@@ -35,8 +35,8 @@ import onnx
 import torch
 from torch import Tensor, nn
 
-from export.model import Seq2Seq
-from export.seq2seq_export import _example, _export, _flat, _kv_names, _pairs
+from export.graphs.seq2seq_export import _example, _export, _flat, _kv_names, _pairs
+from export.model.transformer import Seq2Seq
 
 ENCODER_FILE, DECODER_FILE = "encoder.onnx", "decoder.onnx"
 TOP_K = 16  # best tokens per row the step returns: enough for beam search up to 8 beams (2·k candidates)

@@ -3,85 +3,28 @@ embeddings (RoPE) and a feed-forward network → a task head. This follows the s
 
     Q = x @ W_Q, K = x @ W_K, V = x @ W_V          (one fused projection here)
     Q, K = rotate(Q, pos), rotate(K, pos)           (RoPE: q·k depends on i - j only)
-    out = softmax(Q @ K.T / sqrt(d_k)) @ V          (export/attention.py)
+    out = softmax(Q @ K.T / sqrt(d_k)) @ V          (export/model/attention.py)
     MultiHead = Concat(head_1..head_h) @ W_O
 
 Two models are built from these pieces: `SentimentClassifier` (encoder + pooled head) and `Seq2Seq`
 (encoder + causal decoder with cross-attention and a KV cache, for translation and summarization).
 How attention is computed (PyTorch's SDPA, ONNX Runtime's fused operators, or written out with its
-probabilities) is a value the attention modules carry: see export/attention.py. The positional schemes
-besides RoPE live in export/positional.py, the masked-LM and copy heads in export/heads.py.
+probabilities) is a value the attention modules carry: see export/model/attention.py. The positional schemes
+besides RoPE live in export/model/positional.py, the masked-LM and copy heads in export/model/heads.py.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from export.attention import KV, AttentionLayer, AttentionRecord, KVCache, group_by_source, split_heads
-from export.heads import CopyPointer
-from export.positional import POSITIONAL_SCHEMES, RelativePositionBias, apply_rope, rope_tables, sinusoidal_table
-
-
-@dataclass
-class ModelConfig:
-    vocab_size: int = 8000
-    d_model: int = 256
-    n_heads: int = 4
-    n_layers: int = 4
-    d_ff: int = 1024
-    max_len: int = 512  # longest sequence the RoPE tables cover; inputs are truncated to it
-    dropout: float = 0.1
-    rope_base: float = 10000.0
-    pad_id: int = 0
-    num_labels: int = 2
-    # Encoder-decoder fields; the defaults mean "encoder only" so sentiment configs load unchanged.
-    tgt_vocab_size: int = 0  # 0 → same vocabulary as the source
-    n_decoder_layers: int = 0
-    bos_id: int = 2  # decoder start token (the project's tokenizers: pad 0, unk 1, bos 2, eos 3)
-    eos_id: int = 3
-    # How attention learns where tokens are; one of POSITIONAL_SCHEMES (export/positional.py).
-    positional: str = "rope"
-    relative_buckets: int = 32  # "relative_bias": T5's buckets of i - j, half per direction
-    relative_max_distance: int = 128  # "relative_bias": distances from here on share the last bucket
-    # Encoder-decoder with one vocabulary: mix a pointer (copy) distribution over the source tokens into
-    # the output (See et al. 2017). Summaries copy phrases from their text; see CopyPointer (export/heads.py).
-    copy: bool = False
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_heads
-
-    @property
-    def target_vocab_size(self) -> int:
-        return self.tgt_vocab_size or self.vocab_size
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> ModelConfig:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
-
-    def __post_init__(self) -> None:
-        if self.d_model % self.n_heads:
-            raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
-        if self.positional not in POSITIONAL_SCHEMES:
-            raise ValueError(f"positional={self.positional!r} is not one of {', '.join(POSITIONAL_SCHEMES)}")
-        if self.positional == "rope" and self.head_dim % 2:
-            raise ValueError(f"head_dim={self.head_dim} must be even for RoPE")
-        if self.positional == "sinusoidal" and self.d_model % 2:
-            raise ValueError(f"d_model={self.d_model} must be even for sinusoidal positions (sin/cos pairs)")
-        if self.copy and self.tgt_vocab_size not in (0, self.vocab_size):
-            raise ValueError("copy needs one vocabulary for source and target (tgt_vocab_size 0 or vocab_size)")
-        if self.positional == "relative_bias" and (self.relative_buckets < 4 or self.relative_buckets % 4):
-            raise ValueError(f"relative_buckets={self.relative_buckets} must be a positive multiple of 4")
-
+from export.model.attention import KV, AttentionLayer, AttentionRecord, KVCache, group_by_source, split_heads
+from export.model.config import ModelConfig
+from export.model.heads import CopyPointer
+from export.model.positional import RelativePositionBias, apply_rope, rope_tables, sinusoidal_table
 
 # ---------------------------------------------------------------------------------------------
 # Encoder
@@ -248,7 +191,7 @@ class CausalSelfAttention(SelfAttention):
     Rows at different positions in one batch (continuous batching) give `starts` [B], each row's position
     (one new token per row); `past` is then a buffer [B, H, C, Dh] holding row b's starts[b] cached keys at
     its start, and the present is that buffer with the new key written at column starts[b]
-    (export/attention.py, `cache_lengths`).
+    (export/model/attention.py, `cache_lengths`).
     """
 
     def forward(
@@ -378,7 +321,7 @@ class Seq2Seq(nn.Module):
     """RoPE encoder-decoder: source ids [B, S] + target prefix [B, T] → next-token logits [B, T, V].
 
     `forward` is teacher forcing for training (tgt_in starts with bos); `encode` + `decode` with a
-    `KVCache` generate one token at a time (see export/reference_search.py). A `record`, when given,
+    `KVCache` generate one token at a time (see export/model/reference_search.py). A `record`, when given,
     receives every attention's probabilities (computed explicitly).
     """
 

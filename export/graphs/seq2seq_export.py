@@ -4,7 +4,7 @@ Generation runs inside one graph (no per-token round trips): the BeamSearch op (
 T5 contract) calls an *encoder* subgraph once and a *decoder* subgraph once per token, keeps the
 beams, reorders the KV cache and applies the length penalty. Greedy decoding is num_beams = 1.
 Every attention in the subgraphs is one fused `com.microsoft::MultiHeadAttention` node (see
-export/attention.py); the files load in ONNX Runtime 1.19.2 (NGC tritonserver:24.10) and 1.31.
+export/model/attention.py); the files load in ONNX Runtime 1.19.2 (NGC tritonserver:24.10) and 1.31.
 
 Generator model I/O (what the serving front model sends in its BLS request)
 --------------------------------------------------------------------------
@@ -67,9 +67,9 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 from torch import Tensor, nn
 
-from export.attention import KV, using_attention
-from export.model import Seq2Seq
-from export.onnx_export import OPSET, quiet_exporter
+from export.graphs.onnx_export import OPSET, quiet_exporter
+from export.model.attention import KV, using_attention
+from export.model.transformer import Seq2Seq
 from serving.text.tokenizer import strip_generated
 
 MS_DOMAIN = "com.microsoft"

@@ -21,11 +21,12 @@ import torch
 from tokenizers import Tokenizer
 from torch import Tensor, nn
 
-from export.checkpoint import CONFIG_FILE, load_weights, read_json, round_to_stored_precision, save_checkpoint
-from export.data import Pair, read_summarization, seeded_split
-from export.model import Encoder, ModelConfig, _init_weights
-from export.scores import lead_baseline, rouge_chars, rouge_l
-from export.training import TrainConfig, length_batches, pad_batch, train
+from export.model.checkpoint import CONFIG_FILE, load_weights, read_json, round_to_stored_precision, save_checkpoint
+from export.model.config import ModelConfig
+from export.model.transformer import Encoder, _init_weights
+from export.training.data import Pair, read_summarization, seeded_split
+from export.training.loop import TrainConfig, length_batches, pad_batch, train
+from export.training.scores import lead_baseline, rouge_chars, rouge_l
 from serving.text.spans import Candidates, candidates
 from serving.text.tokenizer import load_tokenizer
 
@@ -108,7 +109,7 @@ def run(
     command: str = "",
 ) -> dict:
     """Train the scorer from the encoder of the summarize checkpoint in `init`; write the checkpoint folder."""
-    from export import seq2seq
+    from export.training import seq2seq
 
     generator, generator_config, tokenizer, _ = seq2seq.load(init)
     cfg = ModelConfig.from_dict({**generator_config["model"], "n_decoder_layers": 0, "copy": False})
@@ -166,7 +167,7 @@ def run(
 
 def scores(model: nn.Module, examples: list[Example], pairs: list[Pair]) -> dict:
     """The scorer's picks next to the lead baselines and the best possible pick, all as character ROUGE."""
-    from export.seq2seq import first_sentence
+    from export.training.seq2seq import first_sentence
 
     references = [p.target for p in pairs]
     texts = [p.source for p in pairs]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from export.data import LabelledText, normalize_key
+from export.training.data import LabelledText, normalize_key
 
 NEGATOR = re.compile(r"一点儿?[也都]不|从来没有?|从来不|从不|并没有|并不|毫不|绝不|没有|没|不")
 # Words that start with a negator but negate nothing.
@@ -47,7 +47,7 @@ def negated_clauses(text: str) -> list[tuple[str, str]]:
 
 
 def mine(rows: Sequence[LabelledText], teacher, exclude: set[str] = frozenset()) -> list[LabelledText]:
-    """Clauses of `rows` whose negator flips the reading of `teacher` (export.ngram_teacher.fit on `rows`),
+    """Clauses of `rows` whose negator flips the reading of `teacher` (export.training.ngram_teacher.fit on `rows`),
     labelled with their review's label, deduplicated. A clause inside a text of `exclude` (the probes a test
     scores), or holding one, is left out, so that the probes measure what the model makes of a negation, not
     whether it has seen the phrase."""

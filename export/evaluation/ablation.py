@@ -1,7 +1,7 @@
 """Positional-encoding ablation: which scheme still works on sequences longer than any seen in training?
 
 The seed documents claim that sinusoidal encodings and RoPE extrapolate to longer sequences and
-learned absolute encodings do not. We measure it: the same small encoder (export/model.py) is
+learned absolute encodings do not. We measure it: the same small encoder (export/model/transformer.py) is
 trained with each `ModelConfig.positional` scheme, under the same budget (steps, batch, model size,
 seeds, data), on sequences of 8–32 tokens, then evaluated on sequences of up to 128 tokens.
 
@@ -34,9 +34,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm import tqdm
 
-from export.model import ModelConfig, SentimentClassifier
-from export.positional import POSITIONAL_SCHEMES
-from export.training import TrainConfig, pad_batch, train
+from export.model.config import POSITIONAL_SCHEMES, ModelConfig
+from export.model.transformer import SentimentClassifier
+from export.training.loop import TrainConfig, pad_batch, train
 
 # Vocabulary of the synthetic tasks.
 PAD, NOT, MARK_A, MARK_B = 0, 1, 2, 3
@@ -275,7 +275,7 @@ def run_ablation(cfg: AblationConfig, out_dir: Path) -> dict:
         runs.append(run_one(cfg, task, scheme, seed, evals[task]))
     summary = summarize(runs)
     results = {
-        "command": "python -m export.ablation " + " ".join(sys.argv[1:]),
+        "command": "python -m export.evaluation.ablation " + " ".join(sys.argv[1:]),
         "config": asdict(cfg),
         "torch_threads": torch.get_num_threads(),
         "total_minutes": round((time.monotonic() - t0) / 60, 2),
@@ -292,7 +292,7 @@ def run_ablation(cfg: AblationConfig, out_dir: Path) -> dict:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     default = AblationConfig()
     parser = argparse.ArgumentParser(
-        prog="python -m export.ablation",
+        prog="python -m export.evaluation.ablation",
         description="Train the same small encoder with each positional scheme (sinusoidal, learned, relative_bias, "
         f"rope) on synthetic tagging tasks with sequences of {default.train_lengths[0]}-{default.train_lengths[1]} "
         f"tokens, evaluate on lengths {', '.join(map(str, default.eval_lengths))}, and write results.json, table.md "

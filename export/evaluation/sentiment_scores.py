@@ -4,7 +4,7 @@ how many test texts are longer than the checkpoint reads (they are judged on the
 The split comes from the data folder as it is now (all five sets), so an older checkpoint trained on fewer sets is
 measured on the same texts as the shipped one:
 
-    python -m export.sentiment_scores checkpoints/sentiment [older/checkpoint ...]
+    python -m export.evaluation.sentiment_scores checkpoints/sentiment [older/checkpoint ...]
 """
 
 from __future__ import annotations
@@ -12,16 +12,18 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from export.data import DEFAULT_DATA_DIR, sentiment_splits
+from export.training.data import DEFAULT_DATA_DIR, sentiment_splits
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m export.sentiment_scores", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m export.evaluation.sentiment_scores", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("checkpoints", nargs="+", type=Path, help="sentiment checkpoint folders")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR, help="public datasets root")
     parser.add_argument("--seed", type=int, default=13, help="the split's seed (the training default)")
     args = parser.parse_args(argv)
-    from export import sentiment
+    from export.training import sentiment
 
     test = sentiment_splits(args.data_dir, args.seed)[2]
     for folder in args.checkpoints:

@@ -3,7 +3,7 @@
 The fast exported models compute attention in fused kernels (`F.scaled_dot_product_attention` in eager,
 `com.microsoft::MultiHeadAttention` in ONNX), which never materialize softmax(Q·Kᵀ/√d). To show what a
 model attends to, the explain variants run the model's own forward with an `AttentionRecord`: every
-attention is then computed with the seed documents' formula written out (export/attention.py, "explicit"),
+attention is then computed with the seed documents' formula written out (export/model/attention.py, "explicit"),
 
     probs = softmax(Q·Kᵀ/√d_k + mask)        (kept, per layer and head)
     out   = probs · V
@@ -34,9 +34,9 @@ import onnx
 import torch
 from torch import Tensor, nn
 
-from export.attention import AttentionRecord
-from export.model import SentimentClassifier, Seq2Seq
-from export.seq2seq_export import _export as export_module
+from export.graphs.seq2seq_export import _export as export_module
+from export.model.attention import AttentionRecord
+from export.model.transformer import SentimentClassifier, Seq2Seq
 
 
 def head_average(layers: list[Tensor]) -> Tensor:
@@ -117,12 +117,12 @@ def export_translate_explainer(model: Seq2Seq, out_path: Path) -> Path:
 def export_explainer(task: str, checkpoint: Path, out_path: Path) -> Path:
     """Export the explain model of a trained `task` ("sentiment" or "translate") from its checkpoint folder."""
     if task == "sentiment":
-        from export import sentiment
+        from export.training import sentiment
 
         classifier, _, _ = sentiment.load(checkpoint)
         return export_sentiment_explainer(classifier, out_path)
     if task == "translate":
-        from export import seq2seq
+        from export.training import seq2seq
 
         seq2seq_model, _, _, _ = seq2seq.load(checkpoint)
         return export_translate_explainer(seq2seq_model, out_path)

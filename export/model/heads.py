@@ -1,42 +1,14 @@
-"""Task heads beyond the core model: BERT's masked-LM pre-training head and the pointer-generator's copy head."""
+"""The pointer-generator's copy head: summaries copy phrases from their text."""
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from export.attention import KV, MASK_FILTER_VALUE, group_by_source, split_heads
-
-if TYPE_CHECKING:
-    from export.model import Encoder, ModelConfig
-
-
-class MaskedLanguageModel(nn.Module):
-    """Pre-training head for an encoder: predict masked tokens from both sides (BERT's objective).
-
-    Shares the encoder object (and ties the output projection to its token embedding), so after
-    pre-training the same encoder goes into the classifier.
-    """
-
-    def __init__(self, encoder: Encoder) -> None:
-        super().__init__()
-        self.encoder = encoder
-        self.bias = nn.Parameter(torch.zeros(encoder.cfg.vocab_size))
-
-    def forward(self, input_ids: Tensor, attention_mask: Tensor, targets: Tensor) -> Tensor:
-        """The masked-token loss. Only the target positions (not -100 in `targets` [B, S]) are projected onto
-        the vocabulary: about 15% of them, where projecting every position made the [B, S, V] logits most of a
-        pre-training step's cost."""
-        h = self.encoder(input_ids, attention_mask)  # [B, S, D]
-        chosen = targets != -100
-        if not chosen.any():  # a batch of few tokens may draw none: no loss rather than the mean of nothing
-            return h.sum() * 0.0
-        logits = h[chosen] @ self.encoder.embed.weight.T + self.bias  # [N, V]
-        return F.cross_entropy(logits.float(), targets[chosen])
+from export.model.attention import KV, MASK_FILTER_VALUE, group_by_source, split_heads
+from export.model.config import ModelConfig
 
 
 class CopyPointer(nn.Module):

@@ -1,6 +1,6 @@
 """ONNX generator vs the PyTorch reference on a task's test set: token-for-token agreement.
 
-`python -m export.parity translate` exports the checkpoint's generator, decodes every test
+`python -m export.graphs.parity translate` exports the checkpoint's generator, decodes every test
 sentence with both (greedy and beam 4), and writes `checkpoints/<task>/parity.json`.
 """
 
@@ -15,12 +15,12 @@ from pathlib import Path
 import onnxruntime as ort
 from tqdm import tqdm
 
-from export import seq2seq
-from export.checkpoint import write_json
-from export.data import DEFAULT_DATA_DIR
-from export.reference_search import DEFAULT_SEARCH, ReferenceSearch
-from export.seq2seq_export import export_generator, generate_onnx
-from export.training import length_batches, pad_batch
+from export.graphs.seq2seq_export import export_generator, generate_onnx
+from export.model.checkpoint import write_json
+from export.model.reference_search import DEFAULT_SEARCH, ReferenceSearch
+from export.training import seq2seq
+from export.training.data import DEFAULT_DATA_DIR
+from export.training.loop import length_batches, pad_batch
 from serving.providers import inference_session
 
 
@@ -59,7 +59,7 @@ def agreement(
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m export.parity", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m export.graphs.parity", description=__doc__.split("\n\n")[0])
     p.add_argument("task", choices=sorted(seq2seq.TASKS))
     p.add_argument("--checkpoint", type=Path, help="default: checkpoints/<task>")
     p.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)

@@ -8,14 +8,39 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from torch import Tensor, nn
 
-from export.checkpoint import CONFIG_FILE, load_weights, read_json, round_to_stored_precision, save_checkpoint
-from export.data import LabelledText, negation_examples, sentiment_splits
-from export.heads import MaskedLanguageModel
-from export.model import ModelConfig, SentimentClassifier
-from export.training import TrainConfig, drop_tokens, length_batches, pad_batch, train
+from export.model.checkpoint import CONFIG_FILE, load_weights, read_json, round_to_stored_precision, save_checkpoint
+from export.model.config import ModelConfig
+from export.model.transformer import Encoder, SentimentClassifier
+from export.training.data import LabelledText, negation_examples, sentiment_splits
+from export.training.loop import TrainConfig, drop_tokens, length_batches, pad_batch, train
 from serving.text.tokenizer import UNK_ID, load_tokenizer, train_or_resume, train_tokenizer
+
+
+class MaskedLanguageModel(nn.Module):
+    """Pre-training head for an encoder: predict masked tokens from both sides (BERT's objective).
+
+    Shares the encoder object (and ties the output projection to its token embedding), so after
+    pre-training the same encoder goes into the classifier.
+    """
+
+    def __init__(self, encoder: Encoder) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.bias = nn.Parameter(torch.zeros(encoder.cfg.vocab_size))
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, targets: Tensor) -> Tensor:
+        """The masked-token loss. Only the target positions (not -100 in `targets` [B, S]) are projected onto
+        the vocabulary: about 15% of them, where projecting every position made the [B, S, V] logits most of a
+        pre-training step's cost."""
+        h = self.encoder(input_ids, attention_mask)  # [B, S, D]
+        chosen = targets != -100
+        if not chosen.any():  # a batch of few tokens may draw none: no loss rather than the mean of nothing
+            return h.sum() * 0.0
+        logits = h[chosen] @ self.encoder.embed.weight.T + self.bias  # [N, V]
+        return F.cross_entropy(logits.float(), targets[chosen])
+
 
 LABELS = ["negative", "positive"]  # index = class id
 # Negated reviews (label, text) the checkpoints are scored on: never part of the synthetic training templates
@@ -129,12 +154,12 @@ def run(
         train_rows = train_rows + synthetic
     teacher = None
     if distill > 0 or mined_negations:  # fitted once: the mining and the teacher's dev/test report read it
-        from export import ngram_teacher
+        from export.training import ngram_teacher
 
         teacher = ngram_teacher.fit([r.text for r in reviews], [r.label for r in reviews])
     n_mined = 0
     if mined_negations:  # appended after the templates: like them, they keep their own labels
-        from export import negation_mining
+        from export.training import negation_mining
 
         mined = negation_mining.mine(reviews, teacher, exclude={text for _, text in NEGATION_PROBES})
         n_mined = len(mined)
@@ -238,7 +263,7 @@ def teacher_probabilities(
 ) -> tuple[torch.Tensor, dict]:
     """The n-gram teacher's out-of-fold class probabilities [N, 2] for the training rows, and a report
     of its own accuracy (out of fold on train; for dev and test, `teacher`: ngram_teacher.fit on train_rows)."""
-    from export import ngram_teacher
+    from export.training import ngram_teacher
 
     texts, y = [r.text for r in train_rows], [r.label for r in train_rows]
     print(f"n-gram teacher: out-of-fold probabilities for {len(texts)} training texts")
