@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-DEFAULT_DATA_DIR = Path(os.environ.get("ROPESERVE_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data"))
+DEFAULT_DATA_DIR = Path(os.environ.get("ROPESERVE_DATA_DIR", Path(__file__).resolve().parents[3] / "shared" / "data"))
 
 T = TypeVar("T")
 

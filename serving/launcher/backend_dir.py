@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .wheel import TritonWheel
 
-ORT_BACKEND_SOURCE = Path(__file__).resolve().parent / "ort_backend"
+ORT_BACKEND_SOURCE = Path(__file__).resolve().parents[1] / "ort_backend"
 ORT_HELPER_PACKAGE = "ropeserve_ort_backend"  # the name model.py imports; distinct to avoid clashes
 
 
