@@ -1,6 +1,8 @@
 """Closed-loop gRPC clients of `translate` and `translate_stream` for the served benchmark sections
 (benchmarks/translation.py, benchmarks/documents.py): each client thread sends one text per request and the next as
-soon as the answer is in; with the cores each process used while they ran.
+soon as the answer is in; with the cores each process used while they ran. A streamed request goes through the
+SDK's own gRPC stream (clients/streaming.py `grpc_stream`: a stream per request, closed without cancelling), so
+the streaming figures are what an application on the SDK gets.
 
 A request the server refuses for overload (UNAVAILABLE: the queue or the engine's backlog is full) is sent again
 after the SDK's backoff (clients/retry.py), as an application on the SDK would; its latency counts from the first
@@ -11,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import queue
 import statistics
 import threading
 import time
@@ -23,6 +24,7 @@ from benchmarks.cpu_share import cores_during
 from benchmarks.stats import percentile
 from clients.errors import to_client_error
 from clients.retry import RetryPolicy
+from clients.streaming import grpc_stream
 
 OUTPUT = "TRANSLATION"
 REQUEST_TIMEOUT_S = 120.0
@@ -52,46 +54,18 @@ def _inputs(text: str, beams: int, new_tokens: int) -> list[Any]:
     return tensors
 
 
-class _Stream:
-    """One client's gRPC stream, reused request after request; responses are matched by request id."""
-
-    def __init__(self, client: Any) -> None:
-        self.client = client
-        self.answers: queue.Queue[tuple[float, Any, Any]] = queue.Queue()
-        self.open()
-
-    def open(self) -> None:
-        self.answers = queue.Queue()
-        answers = self.answers
-        self.client.start_stream(callback=lambda result, error: answers.put((time.perf_counter(), result, error)))
-
-    def reopen(self) -> None:
-        self.client.stop_stream(
-            cancel_requests=False
-        )  # never cancelled: Triton 2.51 mishandles it (clients/streaming.py)
-        self.open()
-
-    def request(self, model: str, inputs: list[Any], request_id: str, timeout_s: float) -> tuple[float, float, str]:
-        """(time of the first response with a non-empty piece, time of the final response, the pieces joined); a
-        request whose pieces are all empty gets the final response's time for both."""
-        self.client.async_stream_infer(model, inputs, request_id=request_id, enable_empty_final_response=True)
-        first = None
-        pieces: list[str] = []
-        deadline = time.perf_counter() + timeout_s
-        while True:
-            at, result, error = self.answers.get(timeout=max(0.0, deadline - time.perf_counter()))
-            if error is not None:
-                raise error
-            response = result.get_response()
-            if response.id != request_id:
-                continue  # a late answer to an abandoned request
-            piece = result.as_numpy(OUTPUT)
-            if piece is not None and piece.size and piece.reshape(-1)[0]:
-                if first is None:
-                    first = at
-                pieces.append(piece.reshape(-1)[0].decode("utf-8"))
-            if response.parameters["triton_final_response"].bool_param:
-                return (first if first is not None else at), at, "".join(pieces)
+def _streamed(url: str, task: str, text: str, beams: int, new_tokens: int) -> tuple[float, float, str]:
+    """One streamed answer through the SDK: (time of the first non-empty piece, time of the final response, the
+    pieces joined); an answer whose pieces are all empty gets the final response's time for both."""
+    first = None
+    pieces: list[str] = []
+    options = {"num_beams": beams, "max_new_tokens": new_tokens}
+    for piece in grpc_stream(url, REQUEST_TIMEOUT_S, task, text, options):
+        if piece and first is None:
+            first = time.perf_counter()
+        pieces.append(piece)
+    done = time.perf_counter()
+    return (first if first is not None else done), done, "".join(pieces)
 
 
 def closed_loop(
@@ -107,11 +81,11 @@ def closed_loop(
 ) -> dict[str, Any]:
     """``clients`` threads, each with its own tritonclient gRPC client, sending one text per request and the next
     as soon as the answer is in, for ``warmup_s`` + ``seconds``; requests sent during the warm-up are not counted.
-    Throughput = counted requests / seconds; latencies from the first send to the (final) response, and with
-    ``stream`` the time to the first non-empty piece. What makes the tail: the median answer length in words over
-    all requests and over those at or above the p99 latency. ``refusals``: overload refusals that were retried;
-    ``errors``: requests that failed for good (refused after the SDK's last attempt included), the first one's
-    message in ``first_error``."""
+    With ``stream``, ``model`` names the task, whose streaming twin answers. Throughput = counted requests /
+    seconds; latencies from the first send to the (final) response, and with ``stream`` the time to the first
+    non-empty piece. What makes the tail: the median answer length in words over all requests and over those at or
+    above the p99 latency. ``refusals``: overload refusals that were retried; ``errors``: requests that failed for
+    good (refused after the SDK's last attempt included), the first one's message in ``first_error``."""
     import tritonclient.grpc as grpcclient
 
     records: list[tuple[float, float, int]] = []  # (full latency, time to first piece, answer words)
@@ -130,13 +104,11 @@ def closed_loop(
     def worker(index: int) -> None:
         nonlocal errors, refusals
         client = grpcclient.InferenceServerClient(url)
-        requests = itertools.count()
         outputs = [grpcclient.InferRequestedOutput(OUTPUT)]
         mine: list[tuple[float, float, int]] = []
         failed = refused = 0
         try:
             try:
-                channel = _Stream(client) if stream else None
                 gate.wait(timeout=REQUEST_TIMEOUT_S)
             except BaseException:
                 gate.abort()  # the other clients stop waiting for this one
@@ -144,14 +116,12 @@ def closed_loop(
             while (sent := time.perf_counter()) < clock["stop_at"]:
                 with lock:
                     text = next(cycle)
-                inputs = _inputs(text, beams, new_tokens)
+                inputs = None if stream else _inputs(text, beams, new_tokens)
                 answer = None
                 for attempt in itertools.count(1):
                     try:
-                        if channel is not None:
-                            first, done, answer = channel.request(
-                                model, inputs, f"{index}-{next(requests)}", REQUEST_TIMEOUT_S
-                            )
+                        if stream:
+                            first, done, answer = _streamed(url, model, text, beams, new_tokens)
                         else:
                             result = client.infer(model, inputs, outputs=outputs, client_timeout=REQUEST_TIMEOUT_S)
                             first = done = time.perf_counter()
@@ -166,9 +136,6 @@ def closed_loop(
                         failed += 1
                         with lock:
                             first_error[:] = first_error or [str(known or error)]
-                        if channel is not None:
-                            with contextlib.suppress(Exception):
-                                channel.reopen()
                         time.sleep(0.01)  # no busy loop against a server that refuses everything
                         break
                 if answer is None:
@@ -177,8 +144,6 @@ def closed_loop(
                     mine.append((done - sent, first - sent, len(answer.split())))
         finally:
             with contextlib.suppress(Exception):
-                if stream:
-                    client.stop_stream(cancel_requests=False)
                 client.close()
             with lock:
                 records.extend(mine)

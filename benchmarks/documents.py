@@ -52,7 +52,7 @@ class Translator:
     def __init__(self, folder: Path = FOLDER, threads: int = 1) -> None:
         from tokenizers import Tokenizer
 
-        from benchmarks.translation import load_engine
+        from benchmarks.translation_offline import load_engine
         from tasks import registry
 
         self.engine, self.tokenizer = load_engine(threads, 256, folder)
@@ -184,7 +184,8 @@ def split_pieces(texts: Sequence[str]) -> list[list[str]]:
 
 def _ct2_offline(profile: Any, pieces: list[str], workdir: Path) -> list[dict[str, Any]]:
     from benchmarks import ctranslate2_baseline as ct2
-    from benchmarks.translation import BATCH, BEAMS, CT2_FP32, max_new_tokens, offline_row
+    from benchmarks.translation import BEAMS, max_new_tokens
+    from benchmarks.translation_offline import BATCH, CT2_FP32, offline_row
 
     model = ct2.convert(ct2.CHECKPOINT, workdir / "ctranslate2" / "float32")
     rows = []

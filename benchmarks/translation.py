@@ -1,6 +1,9 @@
 """Comparison 6, translation: the continuous-batching engine against CTranslate2 and the BeamSearch-op front.
 
-Everything in one run on one machine, so the ratios compare like with like:
+This module drives the section; benchmarks/translation_offline.py times the runtimes offline,
+benchmarks/closed_loop.py is the served load, benchmarks/variant_repository.py builds the baseline's repository and
+benchmarks/translation_report.py renders the result. Everything in one run on one machine, so the ratios compare
+like with like:
 
 1. offline, Tatoeba test sentences in file order, batch 32, the served token budget, greedy and beam 4, at 1 and 2
    intra-op threads: CTranslate2 fp32 and int8 (the checkpoint converted once into the work folder), the ONNX
@@ -21,12 +24,6 @@ Everything in one run on one machine, so the ratios compare like with like:
 from __future__ import annotations
 
 import contextlib
-import json
-import re
-import shutil
-import statistics
-import tomllib
-from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -35,18 +32,13 @@ from benchmarks import data
 from benchmarks.checks import check
 from benchmarks.closed_loop import TAIL_WORDS, closed_loop, start_server, with_cores
 from benchmarks.profiles import REPOSITORY, Profile
-from benchmarks.stats import cpu_flags, interleaved, summarize, summarize_runs
+from benchmarks.stats import cpu_flags, interleaved, summarize_runs
+from benchmarks.translation_offline import BATCH, CT2_FP32, STREAM_MODEL, certain_text_steps, offline
+from benchmarks.variant_repository import GENERATOR_MODEL, build_translate_variant
 
 DATASET = "translate_test"  # the key of benchmarks.data.FILES for the test file
 TASK = "translate"
-STREAM_MODEL = "translate_stream"
-GENERATOR_MODEL = "translate_generator"
-GENERATION_FRONT = "serving.frontends.beam_search_op:BeamSearchOpFront"
-SPLIT_OPTION = "split_sentences"  # the engine's front reads it; the BeamSearch-op front reads texts whole
-BATCH = 32
 BEAMS = (1, 4)
-CT2_FP32, CT2_INT8, BEAMSEARCH_OP, ENGINE = "ctranslate2_fp32", "ctranslate2_int8", "onnx_beamsearch", "engine"
-RUNTIMES = (CT2_FP32, CT2_INT8, BEAMSEARCH_OP, ENGINE)
 ENGINE_SERVER, TODAY_SERVER = "engine", "generation_front"  # served: model_repository; the BeamSearch-op variant
 SERVERS = (ENGINE_SERVER, TODAY_SERVER)
 # Bars: served engine vs CTranslate2 offline, vs today's served translate, p99 not worse, TTFT share.
@@ -90,199 +82,17 @@ def cpu_info() -> dict[str, Any]:
     return info
 
 
-# -- offline --------------------------------------------------------------------------------------------------
-
-
-def load_engine(threads: int, max_rows: int, folder: Path | None = None) -> tuple[Any, Any]:
-    """The engine as the `translate_stream` front model builds it from its version folder (step graphs,
-    config.json), and that folder's source tokenizer."""
-    from serving.engine.config import EngineConfig
-    from serving.engine.engine import Engine
-    from serving.frontends.base import BatchTokenizer
-
-    folder = Path(folder) if folder else REPOSITORY / STREAM_MODEL / "1"
-    cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    engine = Engine(folder / "encoder.onnx", folder / "decoder.onnx", EngineConfig.from_dict(cfg), threads, max_rows)
-    return engine, BatchTokenizer.from_file(folder / "tokenizer.json", cfg["max_tokens"])
-
-
-def time_engine(
-    sentences: Sequence[str], threads: int, beam_size: int, max_new: int, repeats: int, batch_size: int = BATCH
-) -> dict[str, Any]:
-    """The engine offline under the CTranslate2 baseline's protocol: every sentence submitted at once,
-    ``run_until_idle`` in this thread, at most batch_size sources decoding together (max_rows = batch × beams)."""
-    from benchmarks.ctranslate2_baseline import median_throughput
-    from serving.engine.engine import Job
-    from serving.text.tokenizer import EOS_ID
-
-    engine, tokenizer = load_engine(threads, batch_size * beam_size)
-    encoded = tokenizer.encode(list(sentences), suffix=[EOS_ID])  # tokenized beforehand, as for the others
-    sources = [encoded.ids[row, : encoded.lengths[row]].tolist() for row in range(len(sentences))]
-
-    def run_all(_: Any) -> list[list[int]]:
-        outputs: list[list[int]] = [[] for _ in sources]
-
-        def collect(row: int) -> Callable[[list[int], bool], None]:
-            return lambda tokens, final: outputs[row].extend(tokens)
-
-        for row, source in enumerate(sources):
-            engine.submit(Job(source, max_new, beam_size, collect(row)))
-        engine.run_until_idle()
-        engine.stats.queue_seconds.clear()  # only the front model reads these; keep them from piling up
-        return outputs
-
-    rates = median_throughput(run_all, [None], repeats)
-    return {"threads": threads, "beam_size": beam_size, "batch_size": batch_size, **rates}
-
-
-def certain_text_steps(sentences: Sequence[str], beams: int, max_new: int) -> dict[str, float]:
-    """How soon exact streaming can send anything, before any serving cost: every sentence decoded offline by the
-    engine (as `translate_stream` builds it), the step after which a stream's first text is certain (the stream's
-    rule: what every live beam and kept hypothesis starts with, `settled_prefix` applied) against its steps in all.
-    The median share is a floor under the streaming bar's TTFT ÷ full latency: the encoder and the queue only add
-    to both. Medians of the steps and of the per-sentence shares."""
-    from tokenizers import Tokenizer
-
-    from serving.engine.engine import Job
-    from serving.text.tokenizer import EOS_ID, detokenize, settled_prefix
-
-    folder = REPOSITORY / STREAM_MODEL / "1"
-    engine, tokenizer = load_engine(1, BATCH * beams, folder)
-    target = Tokenizer.from_file(str(folder / "target_tokenizer.json"))
-    encoded = tokenizer.encode(list(sentences), suffix=[EOS_ID])
-    first: dict[int, int] = {}
-    total: dict[int, int] = {}
-    jobs: list[Job] = []
-
-    def collect(row: int) -> Callable[[list[int], bool], None]:
-        tokens: list[int] = []
-
-        def on_tokens(new: list[int], final: bool) -> None:
-            tokens.extend(new)
-            steps = jobs[row].sequence.steps
-            text = detokenize(target, tokens)
-            if row not in first and (final or settled_prefix(text)):
-                first[row] = steps
-            if final:
-                total[row] = steps
-
-        return on_tokens
-
-    for row in range(len(sentences)):
-        jobs.append(Job(encoded.ids[row, : encoded.lengths[row]].tolist(), max_new, beams, collect(row)))
-        engine.submit(jobs[-1])
-    engine.run_until_idle()
-    rows = range(len(sentences))
-    return {
-        "first_text_step_p50": statistics.median(first[row] for row in rows),
-        "steps_p50": statistics.median(total[row] for row in rows),
-        "first_text_share_p50": statistics.median(first[row] / total[row] for row in rows),
-    }
-
-
-def offline_row(runtime: str, raw: dict[str, Any]) -> dict[str, Any]:
-    """A timing of ctranslate2_baseline's shape → a row with the spread of its passes."""
-    passes = [s for s in raw["seconds_all"] if s > 0] or [raw["seconds_median"]]
-    return {
-        "runtime": runtime,
-        "threads": raw["threads"],
-        "beams": raw["beam_size"],
-        "sentences": raw["sentences"],
-        "tokens": raw["tokens"],
-        "sentences_per_s": summarize([raw["sentences"] / s for s in passes]),
-        "tokens_per_s": summarize([raw["tokens"] / s for s in passes]),
-    }
-
-
-def offline(profile: Profile, sentences: list[str], workdir: Path) -> list[dict[str, Any]]:
-    from benchmarks import ctranslate2_baseline as ct2
-
-    models = {
-        CT2_FP32: ct2.convert(ct2.CHECKPOINT, workdir / "ctranslate2" / "float32"),
-        CT2_INT8: ct2.convert(ct2.CHECKPOINT, workdir / "ctranslate2" / "int8", "int8"),
-    }
-    new_tokens, repeats = max_new_tokens(profile), profile.repetitions
-
-    def timing(runtime: str, threads: int, beams: int) -> dict[str, Any]:
-        if runtime in models:
-            return ct2.time_translate_batch(models[runtime], sentences, threads, beams, new_tokens, repeats, BATCH)
-        if runtime == BEAMSEARCH_OP:
-            return ct2.time_onnx_generator(sentences, threads, beams, new_tokens, repeats, BATCH)
-        return time_engine(sentences, threads, beams, new_tokens, repeats, BATCH)
-
-    rows = []
-    for beams in BEAMS:
-        for threads in profile.translation_threads:
-            for runtime in RUNTIMES:
-                rows.append(offline_row(runtime, timing(runtime, threads, beams)))
-    return rows
-
-
-# -- the BeamSearch-op front serving `translate`: a variant repository (the baseline) ---------------------------
-
-
-def variant_definition(text: str) -> str:
-    """The task definition with `translate` on the BeamSearch-op front (the setup the engine replaced, which reads
-    every text whole): the [endpoint] table's front line replaced and the [options.split_sentences] table left
-    out; nothing else changes (checked by parsing the result)."""
-    before = tomllib.loads(text)
-    lines = text.splitlines(keepends=True)
-    header = re.compile(r"^\s*\[")
-    start = next((i for i, line in enumerate(lines) if line.strip() == "[endpoint]"), None)
-    if start is None:
-        raise ValueError("the definition has no [endpoint] table")
-    for i in range(start + 1, len(lines)):
-        if header.match(lines[i]):
-            raise ValueError("[endpoint] has no front = … line")
-        if re.match(r"^\s*front\s*=", lines[i]):
-            lines[i] = f"front = {json.dumps(GENERATION_FRONT)}\n"  # a TOML basic string is a JSON string
-            break
-    split = next((i for i, line in enumerate(lines) if line.strip() == f"[options.{SPLIT_OPTION}]"), None)
-    if split is not None:
-        end = next((i for i in range(split + 1, len(lines)) if header.match(lines[i])), len(lines))
-        del lines[split:end]
-    out = "".join(lines)
-    after = tomllib.loads(out)
-    expected = json.loads(json.dumps(before))
-    expected["endpoint"]["front"] = GENERATION_FRONT
-    expected.get("options", {}).pop(SPLIT_OPTION, None)
-    if after != expected:
-        raise ValueError("rewriting the definition changed more than [endpoint] front and the split option")
-    return out
-
-
-def build_variant(root: Path, repository: Path = REPOSITORY) -> Path:
-    """A repository under ``root`` holding `translate` on the BeamSearch-op front and the generator it calls,
-    made from the built repository: text files copied (the definitions rewritten), ONNX files symlinked."""
-    repo = Path(root) / "translate_beamsearch_op"
-    if repo.exists():
-        shutil.rmtree(repo)
-    for model in (TASK, GENERATOR_MODEL):
-        source_dir = Path(repository) / model
-        for source in sorted(source_dir.rglob("*")):
-            if "__pycache__" in source.parts or source.is_dir():
-                continue
-            target = repo / model / source.relative_to(source_dir)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if source.suffix == ".toml":
-                target.write_text(variant_definition(source.read_text(encoding="utf-8")), encoding="utf-8")
-            elif source.suffix == ".onnx":
-                target.symlink_to(source.resolve())
-            else:
-                shutil.copyfile(source, target)
-    return repo
-
-
 # -- served ---------------------------------------------------------------------------------------------------
 
 
 def served(profile: Profile, sentences: list[str], workdir: Path) -> tuple[list[dict], list[dict]]:
     """The closed-loop points (clients × beams, both servers interleaved) and the streaming points."""
     new_tokens, window, warmup = max_new_tokens(profile), profile.translation_seconds, profile.translation_warmup_s
+    baseline = build_translate_variant(workdir / "repositories")
     with contextlib.ExitStack() as stack:
         servers = {
             ENGINE_SERVER: start_server(stack, REPOSITORY, [TASK, STREAM_MODEL]),
-            TODAY_SERVER: start_server(stack, build_variant(workdir / "repositories"), [TASK, GENERATOR_MODEL]),
+            TODAY_SERVER: start_server(stack, baseline, [TASK, GENERATOR_MODEL]),
         }
         # First requests load tokenizers, ORT arenas and the generator's subgraphs: not part of any window.
         for server in servers.values():
@@ -312,9 +122,9 @@ def served(profile: Profile, sentences: list[str], workdir: Path) -> tuple[list[
         engine_url = servers[ENGINE_SERVER].grpc_url  # the streaming twin, as built
         clients = profile.translation_stream_clients
         for beams in BEAMS:
-            closed_loop(engine_url, STREAM_MODEL, sentences, 2, beams, new_tokens, max(0.5, warmup), 0.0, True)
+            closed_loop(engine_url, TASK, sentences, 2, beams, new_tokens, max(0.5, warmup), 0.0, True)
             runs = [
-                closed_loop(engine_url, STREAM_MODEL, sentences, clients, beams, new_tokens, window, warmup, True)
+                closed_loop(engine_url, TASK, sentences, clients, beams, new_tokens, window, warmup, True)
                 for _ in range(profile.repetitions)
             ]
             certain = certain_text_steps(sentences, beams, new_tokens)  # offline, between loads
@@ -417,7 +227,9 @@ def measure(profile: Profile, workdir: Path) -> dict[str, Any]:
         "warmup_s": profile.translation_warmup_s,
         "cpu": cpu_info(),
     }
-    section["offline"] = offline(profile, sentences, workdir)
+    section["offline"] = offline(
+        sentences, workdir, BEAMS, profile.translation_threads, section["max_new_tokens"], profile.repetitions
+    )
     section["served"], section["streaming"] = served(profile, sentences, workdir)
     section["ratios"] = ratios(section)
     section["bars"] = bars(section)

@@ -1,5 +1,5 @@
 """The translation section's Markdown: the bars, the offline and served tables, streaming and the CPU's share
-(benchmarks/translation.py measures; this renders its result)."""
+(benchmarks/translation.py drives the measurements; this renders its result)."""
 
 from __future__ import annotations
 
@@ -14,14 +14,12 @@ from benchmarks.translation import (
     BAR_VS_TODAY,
     BEAMS,
     ENGINE_SERVER,
-    GENERATION_FRONT,
-    GENERATOR_MODEL,
-    RUNTIMES,
     SERVERS,
-    STREAM_MODEL,
     TODAY_SERVER,
     beam_label,
 )
+from benchmarks.translation_offline import RUNTIMES, STREAM_MODEL
+from benchmarks.variant_repository import GENERATION_FRONT, GENERATOR_MODEL
 
 
 def _percent(fraction: float) -> str:

@@ -25,7 +25,9 @@ from benchmarks import (
     streams,
     threads,
     translation,
+    translation_offline,
     translation_report,
+    variant_repository,
 )
 from benchmarks.ctranslate2_baseline import read_test_sentences
 from benchmarks.onnx_variants import rope_path_nodes
@@ -322,17 +324,18 @@ def test_translation_variant_serves_translate_on_the_beamsearch_op(tmp_path):
 
     source = _fake_translate_repository(tmp_path / "source")
     originals = {p: p.read_bytes() for p in source.rglob("*") if p.is_file()}
-    repo = translation.build_variant(tmp_path / "out", repository=source)
+    repo = variant_repository.build_translate_variant(tmp_path / "out", repository=source)
     assert {p: p.read_bytes() for p in source.rglob("*") if p.is_file()} == originals  # the source is untouched
 
     _, served = read_endpoint(source / "translate" / "1", "translate")
     _, endpoint = read_endpoint(repo / "translate" / "1", "translate")  # as the front model reads it
-    assert served.front != translation.GENERATION_FRONT and endpoint.front == translation.GENERATION_FRONT
-    assert endpoint.models["generator"].name == translation.GENERATOR_MODEL
+    assert served.front != variant_repository.GENERATION_FRONT and endpoint.front == variant_repository.GENERATION_FRONT
+    assert endpoint.models["generator"].name == variant_repository.GENERATOR_MODEL
     before = tomllib.loads((source / "translate/1/translate.toml").read_text(encoding="utf-8"))
     after = tomllib.loads((repo / "translate/1/translate.toml").read_text(encoding="utf-8"))
     before["endpoint"].pop("front"), after["endpoint"].pop("front")
-    assert before["options"].pop(translation.SPLIT_OPTION) and translation.SPLIT_OPTION not in after["options"]
+    split = variant_repository.SPLIT_OPTION
+    assert before["options"].pop(split) and split not in after["options"]
     assert after == before  # nothing else changed
     for relative in ("translate/config.pbtxt", "translate_generator/config.pbtxt"):
         assert (repo / relative).read_bytes() == (source / relative).read_bytes()
@@ -343,15 +346,16 @@ def test_translation_variant_serves_translate_on_the_beamsearch_op(tmp_path):
 def test_translation_variant_refuses_a_definition_it_cannot_rewrite():
     text = (REPOSITORY / "translate/1/translate.toml").read_text(encoding="utf-8")
     with pytest.raises(ValueError, match="no \\[endpoint\\]"):
-        translation.variant_definition(text.replace("[endpoint]\n", "[endpoints]\n"))
+        variant_repository.variant_definition(text.replace("[endpoint]\n", "[endpoints]\n"))
     with pytest.raises(ValueError, match="front"):
-        translation.variant_definition(text.replace('front = "serving.frontends.engine_front', 'x = "'))
+        variant_repository.variant_definition(text.replace('front = "serving.frontends.engine_front', 'x = "'))
 
 
 def test_translation_variant_fits_the_beamsearch_op_front():
-    definition = tomllib.loads(translation.variant_definition((REPOSITORY / "translate/1/translate.toml").read_text()))
-    front = importlib.import_module(translation.GENERATION_FRONT.split(":")[0])
-    options_type = getattr(front, translation.GENERATION_FRONT.split(":")[1]).Options
+    text = (REPOSITORY / "translate/1/translate.toml").read_text(encoding="utf-8")
+    definition = tomllib.loads(variant_repository.variant_definition(text))
+    front = importlib.import_module(variant_repository.GENERATION_FRONT.split(":")[0])
+    options_type = getattr(front, variant_repository.GENERATION_FRONT.split(":")[1]).Options
     check_options(options_type, list(definition["options"]), "translate (BeamSearch-op variant)")  # as at load
 
 
@@ -399,10 +403,10 @@ def _translation_section():
         "warmup_s": 0.5,
         "cpu": {"flags": ["avx2"], "onnxruntime": "1"},
         "offline": [
-            offline(runtime, beams, threads, rates[beams][threads] if runtime == translation.CT2_FP32 else 50.0)
+            offline(runtime, beams, threads, rates[beams][threads] if runtime == translation_offline.CT2_FP32 else 50.0)
             for beams in translation.BEAMS
             for threads in (1, 2)
-            for runtime in translation.RUNTIMES
+            for runtime in translation_offline.RUNTIMES
         ],
         "served": [
             point(16, 1, cell(130.0, 100.0), cell(60.0, 150.0)),
