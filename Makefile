@@ -104,6 +104,7 @@ compose-config:  ## validate docker-compose.yml, its profiles and the GPU overri
 compose-test: venv wheelhouse  ## build + start the CPU stack in a private Docker engine, check it, tear it down (root)
 	$(PY) -m pytest -q -m compose tests/test_compose_stack.py
 	@cat build/compose-test.json
+	@echo "to commit it: $(PY) -m benchmarks.compose_table --result build/compose-test.json"
 
 # Wheels for the images' pip installs, for hosts whose containers cannot reach PyPI (deploy/wheels/README.md).
 WHEEL_TAGS := --only-binary=:all: --python-version 3.11 --platform manylinux_2_35_x86_64 \

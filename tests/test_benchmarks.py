@@ -516,3 +516,17 @@ def test_the_summary_table_is_what_the_result_files_give():
     assert not growth["met"] and rate["met"]  # a bar that fails shows as failed
     with pytest.raises(ValueError, match="markers"):
         summary.rewrite("# no markers", "| table |")
+
+
+def test_the_compose_table_is_what_the_committed_compose_run_gives():
+    from benchmarks import compose_table
+
+    assert compose_table.main(["--check"]) == 0, "run `python -m benchmarks.compose_table`"
+    result = json.loads(compose_table.RESULT.read_text(encoding="utf-8"))
+    result["image_bytes"] = {"ropeserve-triton:cpu": 1_240_579_597}
+    result["memory"] = {"ropeservetest_triton_1": "1.429GiB / 23.54GiB"}
+    lines = "\n".join(compose_table.table(result))
+    assert "`ropeserve-triton:cpu` 1,241 MB" in lines and "Triton 1.429GiB" in lines
+    assert "Prometheus not measured" in lines
+    with pytest.raises(ValueError, match="lacks commit"):
+        compose_table.table({key: value for key, value in result.items() if key != "commit"})

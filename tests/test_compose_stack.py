@@ -121,9 +121,17 @@ def stack():
             if left := leftovers(stack):
                 problems.append(f"left behind: {left}")
             REPORT.parent.mkdir(exist_ok=True)
-            REPORT.write_text(json.dumps(stack.report, indent=2) + "\n")
+            REPORT.write_text(json.dumps(stack.report | run_facts(), indent=2) + "\n")
         problems += engine.stop()
         assert not problems, problems
+
+
+def run_facts() -> dict[str, str]:
+    """Which code ran on which machine: the commit, the day (UTC) and the cores with the widest vector ISA."""
+    commit = run("git", "-C", str(ROOT), "rev-parse", "--short", "HEAD").stdout.strip() or "unknown"
+    flags = Path("/proc/cpuinfo").read_text().split("flags", 1)[-1].split("\n", 1)[0].split()
+    isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
+    return {"commit": commit, "date": time.strftime("%Y-%m-%d", time.gmtime()), "cpu": f"{os.cpu_count()} cores, {isa}"}
 
 
 def test_ready_and_live_through_the_http_front(stack):
