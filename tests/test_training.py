@@ -151,8 +151,7 @@ def test_masked_lm_loss_reads_the_target_positions_only():
     import torch.nn.functional as F
 
     from export.model.config import ModelConfig
-    from export.model.heads import MaskedLanguageModel
-    from export.training.sentiment import SentimentClassifier, mask_tokens
+    from export.training.sentiment import MaskedLanguageModel, SentimentClassifier, mask_tokens
 
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=60, d_model=32, n_heads=2, n_layers=1, d_ff=64, num_labels=2, dropout=0.0)
