@@ -37,8 +37,10 @@ TRANSLATE = ["translate", "translate_generator"]
 class Load:
     """`threads` clients sending `model` requests back to back until stopped; every outcome with its time."""
 
-    def __init__(self, server: EmbeddedTriton, model: str, text: str, threads: int = 4) -> None:
-        self.server, self.model, self.text = server, model, text
+    def __init__(
+        self, server: EmbeddedTriton, model: str, text: str, threads: int = 4, timeout_s: float = 30.0
+    ) -> None:
+        self.server, self.model, self.text, self.timeout_s = server, model, text, timeout_s
         self.outcomes: list[tuple[float, str, float]] = []  # (sent at, "ok" or error, latency)
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
@@ -58,7 +60,7 @@ class Load:
         with connect(self.server, "grpc") as client:
             while not self._stop.is_set():
                 sent = time.monotonic()
-                result = outcome(client, self.model, [text_input(grpcclient, [self.text])], timeout_s=30)
+                result = outcome(client, self.model, [text_input(grpcclient, [self.text])], self.timeout_s)
                 self.outcomes.append((sent, result, time.monotonic() - sent))
 
     def after(self, moment: float) -> list[tuple[float, str, float]]:
@@ -93,6 +95,39 @@ def test_killed_front_model_stub_is_replaced_and_clients_see_errors_not_hangs(st
     # The failures in between are errors the client saw, each within about one health-check period.
     assert all("is not healthy" in o[1] and o[2] < 10 for o in failures)
     # Later requests succeed: everything sent a second after the reload was answered.
+    late = load.after(reloaded_at + 1.0)
+    assert late and all(o[1] == "ok" for o in late)
+
+
+def test_killed_engine_stub_leaves_what_it_held_to_the_client_deadline(start_server) -> None:
+    """The known limit of the fronts that hand requests over (docs/reliability.md): a request `translate`'s engine
+    held when its stub was killed is answered by nobody; the client's deadline ends it. Everything else behaves
+    as for the sentiment front: an error within a health check, a reload, then answers."""
+    server = start_server(TRANSLATE)
+    victim = next(pid for pid, model in stub_pids(server).items() if model == "translate")
+    deadline_s = 8.0
+    text = "他每天早上六点起床，然后去公园跑步，跑完步以后回家吃早饭。"
+    with Load(server, "translate", text, threads=6, timeout_s=deadline_s) as load:
+        time.sleep(2.0)
+        killed_at = time.monotonic()
+        os.kill(victim, signal.SIGKILL)
+        while server.watchdog.reloads.get("translate", 0) < 1 and time.monotonic() < killed_at + 30:
+            time.sleep(0.1)
+        reloaded_at = time.monotonic()
+        time.sleep(deadline_s + 1.0)
+    failures = [o for o in load.outcomes if o[1] != "ok"]
+    unhealthy = [o for o in failures if "is not healthy" in o[1]]
+    orphaned = [o for o in failures if "DEADLINE_EXCEEDED" in o[1]]
+    print(
+        f"\nengine stub {victim} killed: {len(failures)} failed of {len(load.outcomes)} "
+        f"({len(unhealthy)} 'not healthy', {len(orphaned)} at the {deadline_s:g} s client deadline); "
+        f"reload after {reloaded_at - killed_at:.2f} s"
+    )
+    assert server.is_alive and server.watchdog.reloads == {"translate": 1}, server.log_tail(60)
+    assert len(unhealthy) + len(orphaned) == len(failures), Counter(o[1] for o in failures)
+    assert all(o[2] < 10 for o in unhealthy)
+    # What the killed engine held (at most one request per client thread) ended at the deadline, not later.
+    assert len(orphaned) <= 6 and all(o[2] < deadline_s + 2 for o in orphaned)
     late = load.after(reloaded_at + 1.0)
     assert late and all(o[1] == "ok" for o in late)
 
