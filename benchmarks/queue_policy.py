@@ -11,7 +11,10 @@ perf_analyzer at each concurrency (3 s windows, 3 of them). The variants:
 - ``size_only`` / ``timeout_only``: each half of the policy alone;
 - ``committed_delay_1ms``: the policy with a 1 ms ``max_queue_delay_microseconds`` (does a batching delay wake it?).
 
-    python -m benchmarks.queue_policy          # → benchmarks/results/queue_policy.json
+    python -m benchmarks.queue_policy --variants committed,none   # → benchmarks/results/queue_policy.json
+
+The committed run's bars (BENCHMARKS.md's summary): p99 at concurrency 32 with the committed policy within 1.5×
+of no policy, at each instance count.
 """
 
 from __future__ import annotations
@@ -19,9 +22,11 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
 import shutil
 import sys
 import tempfile
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +81,16 @@ def measure(variants: list[str], instances: list[int], concurrencies: list[int],
     return rows
 
 
+def p99_ratios(rows: list[dict], concurrency: int = 32) -> dict[int, float]:
+    """instances → p99 of the committed policy ÷ p99 without one, at `concurrency` (where both were measured)."""
+    p99 = {(r["variant"], r["instances"]): r["p99_ms"] for r in rows if r["concurrency"] == concurrency}
+    return {
+        count: p99[("committed", count)] / p99[("none", count)]
+        for variant, count in sorted(p99)
+        if variant == "committed" and ("none", count) in p99
+    }
+
+
 def table(rows: list[dict]) -> str:
     lines = ["| variant | instances | concurrency | infer/s | p50 ms | p99 ms |", "|---|---|---|---|---|---|"]
     for r in rows:
@@ -97,13 +112,16 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(args.variants.split(",")) - set(VARIANTS)
     if unknown:
         parser.error(f"unknown variants {sorted(unknown)}; known: {', '.join(VARIANTS)}")
+    started = datetime.now(UTC).isoformat(timespec="seconds")
     rows = measure(
         args.variants.split(","),
         [int(n) for n in args.instances.split(",")],
         [int(c) for c in args.concurrency.split(",")],
         args.window_ms,
     )
-    args.out.write_text(json.dumps({"machine": machine(), "rows": rows}, indent=2) + "\n")
+    command = shlex.join(["python", "-m", "benchmarks.queue_policy", *(sys.argv[1:] if argv is None else argv)])
+    meta = {"command": command, "started": started, "machine": machine()}
+    args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     print(table(rows), file=sys.stderr)
     return 0
 

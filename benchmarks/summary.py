@@ -1,7 +1,7 @@
 """BENCHMARKS.md's opening table: every bar of every committed result file, its value, met or not, and the run.
 
 The bars come from the result files themselves: the ``checks`` a ``python -m benchmarks`` run evaluated, and for
-the runs of the single-purpose benchmarks (streams, soak) the bars their issue set, computed here
+the runs of the single-purpose benchmarks (streams, soak, queue policy) the bars their issue set, computed here
 from their figures.
 
     python -m benchmarks.summary           # rewrites the table between the markers in BENCHMARKS.md
@@ -49,12 +49,24 @@ def soak_bars(data: dict[str, Any]) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
+def queue_policy_bars(data: dict[str, Any]) -> list[dict[str, Any]]:
+    from benchmarks.queue_policy import p99_ratios
+
+    return [
+        bar(f"sentiment p99 at c=32, committed queue bound ÷ none (perf_analyzer, {count} instance(s))", ratio, 1.5,
+            higher_is_better=False)
+        for count, ratio in p99_ratios(data["rows"]).items()
+    ]  # fmt: skip
+
+
 def bars_of(path: Path, data: dict[str, Any]) -> list[dict[str, Any]]:
     """The bars of one result file (its parsed JSON ``data``)."""
     if "checks" in data:
         return data["checks"]
     if path.stem == "streams":
         return stream_bars(data)
+    if path.stem == "queue_policy":
+        return queue_policy_bars(data)
     if path.stem.startswith("soak_") and "server_rss_second_half_mb" in data:  # the hour-long soak's format
         return soak_bars(data)
     return []

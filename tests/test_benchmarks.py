@@ -514,6 +514,16 @@ def test_the_summary_table_is_what_the_result_files_give():
     run = {"protocol": "grpc", "abandoned_share": 0.0, "cancelled": False, "bytes_per_stream": 900, "rate_ratio": 0.9}
     growth, rate = summary.stream_bars({"runs": [run]})
     assert not growth["met"] and rate["met"]  # a bar that fails shows as failed
+    rows = [
+        {"variant": variant, "instances": count, "concurrency": c, "p99_ms": p99}
+        for variant, count, c, p99 in [
+            ("committed", 1, 32, 500.0), ("none", 1, 32, 40.0), ("committed", 2, 32, 45.0), ("none", 2, 32, 40.0),
+            ("committed", 2, 8, 900.0), ("size_only", 2, 32, 1.0),
+        ]
+    ]  # fmt: skip
+    one, two = summary.queue_policy_bars({"rows": rows})
+    assert (one["value"], one["met"]) == (12.5, False) and (two["value"], two["met"]) == (1.125, True)
+    assert "1 instance" in one["name"] and "2 instance" in two["name"]
     with pytest.raises(ValueError, match="markers"):
         summary.rewrite("# no markers", "| table |")
 
