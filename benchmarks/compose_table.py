@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from benchmarks.markdown import between_markers, write_or_check
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULT = ROOT / "benchmarks" / "results" / "compose.json"
 DOCUMENT = ROOT / "docs" / "operate.md"
@@ -61,14 +63,6 @@ def table(result: dict[str, Any]) -> list[str]:
     ]
 
 
-def rewrite(document: str, lines: list[str]) -> str:
-    if BEGIN not in document or END not in document:
-        raise ValueError(f"{DOCUMENT.name} has no {BEGIN!r} … {END!r} markers")
-    head, rest = document.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return head + BEGIN + "\n" + "\n".join(lines) + "\n" + END + tail
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.compose_table", description=__doc__.split("\n\n")[0])
     parser.add_argument("--result", type=Path, help="a fresh build/compose-test.json to commit as the result first")
@@ -77,15 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.result:
         table(json.loads(args.result.read_text(encoding="utf-8")))  # refuse an incomplete run before copying it
         shutil.copyfile(args.result, RESULT)
-    current = DOCUMENT.read_text(encoding="utf-8")
-    wanted = rewrite(current, table(json.loads(RESULT.read_text(encoding="utf-8"))))
-    if args.check:
-        if wanted != current:
-            print(f"{DOCUMENT} is out of date: run `python -m benchmarks.compose_table`", file=sys.stderr)
-            return 1
-        return 0
-    DOCUMENT.write_text(wanted, encoding="utf-8")
-    return 0
+    lines = table(json.loads(RESULT.read_text(encoding="utf-8")))
+    wanted = between_markers(DOCUMENT.read_text(encoding="utf-8"), BEGIN, END, "\n".join(lines))
+    return write_or_check(DOCUMENT, wanted, args.check, "python -m benchmarks.compose_table")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,10 @@
-"""Markdown pieces every report section uses: a figure with its spread, and a table."""
+"""Markdown pieces every report section uses: a figure with its spread, a table, and a generated block of a
+committed document (between two marker comments) kept equal to what a command writes."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 
@@ -16,3 +19,24 @@ def cell(summary: dict[str, Any], digits: int = 0) -> str:
 def table(header: list[str], rows: list[list[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def between_markers(text: str, begin: str, end: str, body: str) -> str:
+    """``text`` with what stands between the marker lines ``begin`` and ``end`` replaced by ``body``."""
+    if begin not in text or end not in text:
+        raise ValueError(f"no {begin!r} … {end!r} markers")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n{body}\n{end}{tail}"
+
+
+def write_or_check(document: Path, wanted: str, check: bool, command: str) -> int:
+    """Write ``wanted`` to ``document``; with ``check``, only compare: 1 when they differ, naming ``command``."""
+    if not check:
+        document.write_text(wanted, encoding="utf-8")
+        print(f"wrote {document.name}", file=sys.stderr)
+        return 0
+    if document.read_text(encoding="utf-8") != wanted:
+        print(f"{document.name} is out of date: run `{command}`", file=sys.stderr)
+        return 1
+    return 0

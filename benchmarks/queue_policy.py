@@ -81,16 +81,6 @@ def measure(variants: list[str], instances: list[int], concurrencies: list[int],
     return rows
 
 
-def p99_ratios(rows: list[dict], concurrency: int = 32) -> dict[int, float]:
-    """instances → p99 of the committed policy ÷ p99 without one, at `concurrency` (where both were measured)."""
-    p99 = {(r["variant"], r["instances"]): r["p99_ms"] for r in rows if r["concurrency"] == concurrency}
-    return {
-        count: p99[("committed", count)] / p99[("none", count)]
-        for variant, count in sorted(p99)
-        if variant == "committed" and ("none", count) in p99
-    }
-
-
 def table(rows: list[dict]) -> str:
     lines = ["| variant | instances | concurrency | infer/s | p50 ms | p99 ms |", "|---|---|---|---|---|---|"]
     for r in rows:

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
+
+from benchmarks.markdown import between_markers, write_or_check
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -50,12 +51,13 @@ def soak_bars(data: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def queue_policy_bars(data: dict[str, Any]) -> list[dict[str, Any]]:
-    from benchmarks.queue_policy import p99_ratios
-
+    """p99 at 32 clients with the committed queue bound ÷ without one, per front instance count."""
+    p99 = {(r["variant"], r["instances"]): r["p99_ms"] for r in data["rows"] if r["concurrency"] == 32}
+    counts = sorted(count for variant, count in p99 if variant == "committed" and ("none", count) in p99)
     return [
-        bar(f"sentiment p99 at c=32, committed queue bound ÷ none (perf_analyzer, {count} instance(s))", ratio, 1.5,
-            higher_is_better=False)
-        for count, ratio in p99_ratios(data["rows"]).items()
+        bar(f"sentiment p99 at c=32, committed queue bound ÷ none (perf_analyzer, {count} instance(s))",
+            p99[("committed", count)] / p99[("none", count)], 1.5, higher_is_better=False)
+        for count in counts
     ]  # fmt: skip
 
 
@@ -91,29 +93,12 @@ def table(results: Path = RESULTS) -> str:
     return "\n".join(lines)
 
 
-def rewrite(text: str, new_table: str) -> str:
-    """``text`` with the table between the markers replaced."""
-    if BEGIN not in text or END not in text:
-        raise ValueError(f"{DOCUMENT.name} lacks the summary markers {BEGIN!r} and {END!r}")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{BEGIN}\n{new_table}\n{END}{tail}"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.summary", description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="only compare; exit 1 when BENCHMARKS.md differs")
     args = parser.parse_args(argv)
-    text = DOCUMENT.read_text(encoding="utf-8")
-    expected = rewrite(text, table())
-    if args.check:
-        if expected != text:
-            print(f"{DOCUMENT.name}'s summary table is stale: run `python -m benchmarks.summary`", file=sys.stderr)
-            return 1
-        return 0
-    DOCUMENT.write_text(expected, encoding="utf-8")
-    print(f"wrote the summary table of {DOCUMENT.name}", file=sys.stderr)
-    return 0
+    wanted = between_markers(DOCUMENT.read_text(encoding="utf-8"), BEGIN, END, table())
+    return write_or_check(DOCUMENT, wanted, args.check, "python -m benchmarks.summary")
 
 
 if __name__ == "__main__":

@@ -509,6 +509,7 @@ def test_queue_policy_variants_change_only_the_policy_and_the_instance_count(tmp
 
 def test_the_summary_table_is_what_the_result_files_give():
     from benchmarks import summary
+    from benchmarks.markdown import between_markers
 
     assert summary.main(["--check"]) == 0, "run `python -m benchmarks.summary`"
     run = {"protocol": "grpc", "abandoned_share": 0.0, "cancelled": False, "bytes_per_stream": 900, "rate_ratio": 0.9}
@@ -525,7 +526,7 @@ def test_the_summary_table_is_what_the_result_files_give():
     assert (one["value"], one["met"]) == (12.5, False) and (two["value"], two["met"]) == (1.125, True)
     assert "1 instance" in one["name"] and "2 instance" in two["name"]
     with pytest.raises(ValueError, match="markers"):
-        summary.rewrite("# no markers", "| table |")
+        between_markers("# no markers", summary.BEGIN, summary.END, "| table |")
 
 
 def test_the_compose_table_is_what_the_committed_compose_run_gives():
