@@ -255,10 +255,11 @@ def sends_after_execute(model_config: dict) -> bool:
     Triton 2.51's dynamic batcher, once a model has a queue policy, is not woken when an instance frees; returned
     answers reach the clients before Triton frees the instance, so with a single instance the clients' next
     requests arrive while it is busy and wait for the batcher's 500 ms idle wait. Sent from a thread after
-    ``execute()`` returns, they arrive after the instance is free (measured: p99 523 → 44 ms at 32 clients). The
-    price: an answer computed but not yet sent when the stub is killed is never sent (the client's deadline ends
-    that request), where returned answers get Triton's error. With two or more instances the stall does not show,
-    so those keep returning (docs/reliability.md, "the price of the queue bound").
+    ``execute()`` returns, they arrive after the instance is free (measured: p99 523 → 37 ms at 32 clients,
+    benchmarks/results/queue_policy.json). The price: an answer computed but not yet sent when the stub is killed
+    is never sent (the client's deadline ends that request), where returned answers get Triton's error. With two
+    or more instances the stall does not show, so those keep returning (docs/reliability.md, "the price of the
+    queue bound").
     """
     groups = model_config.get("instance_group") or [{}]
     instances = sum(int(group.get("count", 1)) for group in groups)
@@ -280,8 +281,6 @@ class FrontModel:
     """
 
     Options: type = NoOptions
-    # A front that answers from a thread of its own (the engine's) and returns from execute() at once.
-    hands_off: bool = False
 
     def __init__(self, pb: Any, args: dict) -> None:
         self.pb = pb
@@ -296,10 +295,8 @@ class FrontModel:
         self.task_config = json.loads(config_json.read_text(encoding="utf-8")) if config_json.is_file() else {}
         self.metrics = FrontMetrics(pb, name, args.get("model_instance_name", name))
         self.parameters = {k: v["string_value"] for k, v in self.model_config.get("parameters", {}).items()}
-        self._answers: queue.SimpleQueue[list[tuple[Any, Any]]] | None = None
-        if sends_after_execute(self.model_config) and not self.hands_off:
-            self._answers = queue.SimpleQueue()
-            threading.Thread(target=self._send_answers, name="front-answers", daemon=True).start()
+        self._sends_after_execute = sends_after_execute(self.model_config)
+        self._answers: queue.SimpleQueue[list[tuple[Any, Any]]] | None = None  # started by the first execute()
 
     def finalize(self) -> None:
         """The model is unloading: send the last metric updates. (Triton unloads once every request has its final
@@ -347,8 +344,11 @@ class FrontModel:
     def execute(self, requests: list[Any]) -> list[Any] | None:
         """Every request's answer: returned, or (see :func:`sends_after_execute`) sent once this returns."""
         responses = self.answer(requests)
-        if self._answers is None:
+        if not self._sends_after_execute:
             return responses
+        if self._answers is None:
+            self._answers = queue.SimpleQueue()
+            threading.Thread(target=self._send_answers, name="front-answers", daemon=True).start()
         self._answers.put([(request.get_response_sender(), response) for request, response in zip(requests, responses)])
         return None
 

@@ -55,7 +55,6 @@ METRICS_PERIOD_S = 0.5
 
 class EngineFront(FrontModel):
     Options: type = TranslateOptions
-    hands_off = True
 
     def __init__(self, pb: Any, args: dict) -> None:
         super().__init__(pb, args)
