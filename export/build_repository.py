@@ -95,6 +95,18 @@ def encoder_copy(task: Task, checkpoint: Path, folder: Path) -> list[Path]:
     return [Path(shutil.copy2(exported, folder / "encoder.onnx"))]
 
 
+def imported_model(task: Task, checkpoint: Path, destination: Path) -> Path:
+    """An ONNX model that an importer wrote (export/import_hf): ``<checkpoint>/<model name>.onnx``, copied as the
+    model's model.onnx."""
+    return Path(shutil.copy2(checkpoint / f"{destination.parent.parent.name}.onnx", destination))
+
+
+def imported_graphs(task: Task, checkpoint: Path, folder: Path) -> list[Path]:
+    """The graphs a front model runs itself that an importer wrote into the checkpoint folder (the engine's step
+    graphs and their int8 twins, or a classifier's encoder.onnx), copied beside the front model."""
+    return [Path(shutil.copy2(path, folder / path.name)) for path in sorted(checkpoint.glob("*.onnx"))]
+
+
 def explainer(task: Task, checkpoint: Path, destination: Path) -> Path:
     from export.graphs.explain_export import export_explainer
 

@@ -131,7 +131,7 @@ def _cache_layers(model: Seq2Seq) -> int:
     return model.cfg.n_decoder_layers + int(model.cfg.copy)
 
 
-def _export(
+def export_module(
     module: nn.Module, args: tuple, names_in: list, names_out: list, shapes, attention: str = "ort_fused"
 ) -> onnx.ModelProto:
     with quiet_exporter(), torch.no_grad(), using_attention(module, attention):
@@ -171,7 +171,7 @@ def export_encoder_step(model: Seq2Seq) -> onnx.ModelProto:
     names_out = ["logits", "encoder_hidden_states", *presents]
     shapes = {"encoder_input_ids": {0: batch, 1: sequence}, "encoder_attention_mask": {0: batch, 1: sequence}}
     shapes["decoder_input_ids"] = {0: batch}
-    return _export(EncoderStep(model), (ids, mask, start), list(shapes), names_out, shapes)
+    return export_module(EncoderStep(model), (ids, mask, start), list(shapes), names_out, shapes)
 
 
 def export_decoder_step(model: Seq2Seq) -> onnx.ModelProto:
@@ -194,7 +194,7 @@ def export_decoder_step(model: Seq2Seq) -> onnx.ModelProto:
     pasts = _kv_names("past", "self", n) + _kv_names("past", "cross", n)
     names_in = ["input_ids", "encoder_attention_mask", *pasts]
     names_out = ["logits", *_kv_names("present", "self", n)]
-    return _export(DecoderStep(model), (tokens, mask, *self_past, *cross_past), names_in, names_out, shapes)
+    return export_module(DecoderStep(model), (tokens, mask, *self_past, *cross_past), names_in, names_out, shapes)
 
 
 def _as_subgraph(proto: onnx.ModelProto, name: str) -> onnx.GraphProto:

@@ -1,4 +1,5 @@
-"""Seq2Seq → two ONNX graphs for iteration-level (continuous) batching: an encoder and a one-token decoder step.
+"""Seq2Seq → two ONNX graphs for iteration-level (continuous) batching: an encoder and a one-token decoder step,
+as the generation contract (tasks/generation_contract.py) names them.
 
 The BeamSearch generator (export/graphs/seq2seq_export.py) runs a whole batch from the first token to the last: every
 row has the same position and nothing joins on the way. These graphs let the serving engine (serving/engine/)
@@ -17,8 +18,8 @@ decoder step
              cross_{key,value}_i [N, H, S, Dh]: once per source, with B = N · rows per source (a source's rows
              consecutive, export/model/attention.py: group_by_source), or once per row (N = B)
     outputs  log_probs float32 [B, V] (log-softmax of the next-token logits; log p with the copy pointer),
-             top_log_probs float32 / top_ids int64 [B, 16]: each row's 16 best, best first (enough for the
-             2·k candidates of a beam search up to 8 beams; the engine then reads only these),
+             top_log_probs float32 / top_ids int64 [B, TOP_K]: each row's best, best first (the engine then
+             reads only these),
              present_{key,value}_self_i [B, H, C, Dh]: the buffer with each row's new key at column positions[b]
 
 The self-attention is `com.microsoft::GroupQueryAttention` (with as many key/value heads as query heads): bound
@@ -35,15 +36,9 @@ import onnx
 import torch
 from torch import Tensor, nn
 
-from export.graphs.seq2seq_export import _example, _export, _flat, _kv_names, _pairs
+from export.graphs.seq2seq_export import _example, _flat, _pairs, export_module
 from export.model.transformer import Seq2Seq
-
-ENCODER_FILE, DECODER_FILE = "encoder.onnx", "decoder.onnx"
-TOP_K = 16  # best tokens per row the step returns: enough for beam search up to 8 beams (2·k candidates)
-
-
-def cross_names(n_pairs: int) -> list[str]:
-    return [f"cross_{kv}_{i}" for i in range(n_pairs) for kv in ("key", "value")]
+from tasks import generation_contract as contract
 
 
 class StepEncoder(nn.Module):
@@ -67,7 +62,7 @@ class StepDecoder(nn.Module):
         past, cross = _pairs(caches[:n]), _pairs(caches[n:])
         logits, present = self.model.decoder(input_ids.long(), cross_mask, cross, past, starts=positions)
         log_probs = logits[:, -1].float().log_softmax(-1)
-        top_log_probs, top_ids = log_probs.topk(TOP_K, dim=-1)
+        top_log_probs, top_ids = log_probs.topk(contract.TOP_K, dim=-1)
         return log_probs, top_log_probs, top_ids, *_flat(present)
 
 
@@ -78,45 +73,52 @@ def cross_layers(model: Seq2Seq) -> int:
 
 def export_encoder(model: Seq2Seq) -> onnx.ModelProto:
     ids, mask, (batch, sequence) = _example(model)
-    shapes = {"input_ids": {0: batch, 1: sequence}, "attention_mask": {0: batch, 1: sequence}}
-    return _export(StepEncoder(model), (ids, mask), list(shapes), cross_names(cross_layers(model)), shapes)
+    shapes = {name: {0: batch, 1: sequence} for name in contract.encoder_inputs()}
+    outputs = contract.cross_names(cross_layers(model))
+    return export_module(StepEncoder(model), (ids, mask), list(shapes), outputs, shapes)
 
 
-def export_decoder(model: Seq2Seq) -> onnx.ModelProto:
-    cfg = model.cfg
+def decoder_example(
+    n_layers: int, n_cross: int, heads: int, head_dim: int, vocab: int, max_len: int
+) -> tuple[list[Tensor], tuple]:
+    """A decoder step's example inputs in the contract's order, and their dynamic dims, for `export_module`."""
     b, s, p = 6, 7, 8  # 6 rows: 3 sources of 2 beams, so that the graph keeps rows and sources apart
-    tokens = torch.randint(4, cfg.target_vocab_size, (b, 1), dtype=torch.int32)
+    tokens = torch.randint(4, vocab, (b, 1), dtype=torch.int32)
     positions = torch.tensor([4, 4, 0, 0, 2, 2])
     cross_mask = torch.ones(b // 2, s, dtype=torch.int32)
     cross_mask[1, 4:] = 0
-    n, c = cfg.n_decoder_layers, cross_layers(model)
-    past = [torch.randn(b, cfg.n_heads, p, cfg.head_dim) for _ in range(2 * n)]
-    cross = [torch.randn(b // 2, cfg.n_heads, s, cfg.head_dim) for _ in range(2 * c)]
-    if cfg.copy:  # the pointer's value carries source ids
-        ids = torch.randint(4, cfg.vocab_size, (b // 2, 1, s, 1)).float()
-        cross[-1] = ids.repeat(1, cfg.n_heads, 1, cfg.head_dim)
+    past = [torch.randn(b, heads, p, head_dim) for _ in range(2 * n_layers)]
+    cross = [torch.randn(b // 2, heads, s, head_dim) for _ in range(2 * n_cross)]
     batch = torch.export.Dim("batch", min=1, max=4096)
     sources = torch.export.Dim("sources", min=1, max=4096)
-    source = torch.export.Dim("source", min=1, max=cfg.max_len)
-    capacity = torch.export.Dim("capacity", min=2, max=cfg.max_len)
+    source = torch.export.Dim("source", min=1, max=max_len)
+    capacity = torch.export.Dim("capacity", min=2, max=max_len)
     shapes = (
         {0: batch},
         {0: batch},
         {0: sources, 1: source},
-        tuple([{0: batch, 2: capacity}] * (2 * n) + [{0: sources, 2: source}] * (2 * c)),
+        tuple([{0: batch, 2: capacity}] * (2 * n_layers) + [{0: sources, 2: source}] * (2 * n_cross)),
     )
-    names_in = ["input_ids", "positions", "cross_mask"]
-    names_in += _kv_names("past", "self", n) + cross_names(c)
-    names_out = ["log_probs", "top_log_probs", "top_ids", *_kv_names("present", "self", n)]
-    args = (tokens, positions, cross_mask, *past, *cross)
-    return _export(StepDecoder(model), args, names_in, names_out, shapes)
+    return [tokens, positions, cross_mask, *past, *cross], shapes
+
+
+def export_decoder(model: Seq2Seq) -> onnx.ModelProto:
+    cfg = model.cfg
+    n, c = cfg.n_decoder_layers, cross_layers(model)
+    args, shapes = decoder_example(n, c, cfg.n_heads, cfg.head_dim, cfg.target_vocab_size, cfg.max_len)
+    if cfg.copy:  # the pointer's value carries source ids
+        sources, _, source, _ = args[-1].shape
+        ids = torch.randint(4, cfg.vocab_size, (sources, 1, source, 1)).float()
+        args[-1] = ids.repeat(1, cfg.n_heads, 1, cfg.head_dim)
+    names_in, names_out = contract.decoder_inputs(n, c), contract.decoder_outputs(n)
+    return export_module(StepDecoder(model), tuple(args), names_in, names_out, shapes)
 
 
 def export_step_graphs(model: Seq2Seq, folder: Path) -> tuple[Path, Path]:
     """Write encoder.onnx and decoder.onnx into `folder` (checked by onnx.checker)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    paths = folder / ENCODER_FILE, folder / DECODER_FILE
+    paths = tuple(folder / name for name in contract.graph_files("fp32"))
     for proto, path in zip((export_encoder(model), export_decoder(model)), paths):
         onnx.save(proto, str(path))
         onnx.checker.check_model(str(path))
@@ -125,7 +127,6 @@ def export_step_graphs(model: Seq2Seq, folder: Path) -> tuple[Path, Path]:
 
 # -- int8 variant ------------------------------------------------------------------------------------------------
 
-ENCODER_INT8_FILE, DECODER_INT8_FILE = "encoder.int8.onnx", "decoder.int8.onnx"
 ROPE_TABLE_MARK = "rope_"  # initializer names of the precomputed cos/sin tables (encoder.rope_cos/rope_sin)
 
 
@@ -176,7 +177,8 @@ def quantize_step_graphs(folder: Path) -> tuple[Path, Path]:
     (dynamic quantization of the activations), RoPE path float. The front model serves them with the Triton
     parameter precision = "int8" (serving/frontends/engine_front.py)."""
     folder = Path(folder)
-    paths = folder / ENCODER_INT8_FILE, folder / DECODER_INT8_FILE
-    for src, dst in zip((folder / ENCODER_FILE, folder / DECODER_FILE), paths):
+    sources = [folder / name for name in contract.graph_files("fp32")]
+    paths = tuple(folder / name for name in contract.graph_files("int8"))
+    for src, dst in zip(sources, paths):
         quantize_graph(src, dst)
     return paths

@@ -1,5 +1,6 @@
-"""What the engine needs of a checkpoint, read once from its config.json: one constructor for every caller (the
-front model, the benchmarks, the tests)."""
+"""What the engine needs of a checkpoint beyond its graphs, read once from its config.json: one constructor for
+every caller (the front model, the benchmarks, the tests). The model's sizes come from the graphs themselves
+(tasks/generation_contract.py)."""
 
 from __future__ import annotations
 
@@ -13,34 +14,35 @@ from serving.engine.search import Decoding
 
 
 @dataclass(frozen=True)
-class Shapes:
-    """The model's sizes the engine allocates its caches with."""
-
-    n_layers: int  # decoder layers: self-attention caches
-    n_cross: int  # cross-attention (key, value) pairs: decoder layers (+ the copy pointer's)
-    n_heads: int
-    head_dim: int
-
-
-@dataclass(frozen=True)
 class EngineConfig:
-    shapes: Shapes
     decoding: Decoding
 
     @classmethod
     def from_dict(cls, config: Mapping[str, Any]) -> EngineConfig:
-        """From a checkpoint's config.json as a dict: the model's sizes under ``model``, the decoding settings the
-        checkpoint was scored with at the top level (missing: no length penalty, no n-gram blocking)."""
+        """From a checkpoint's config.json as a dict. An imported checkpoint (export/import_hf) states its
+        decoding rules in a ``generation`` table; our own trainer's keeps the special ids under ``model`` and the
+        settings it was scored with at the top level (missing: no length penalty, no n-gram blocking), and follows
+        ONNX Runtime's BeamSearch rules (early stopping)."""
+        generation = config.get("generation")
+        if generation is not None:
+            return cls(
+                Decoding(
+                    generation["decoder_start_id"],
+                    generation["eos_id"],
+                    generation.get("length_penalty", 1.0),
+                    generation.get("no_repeat_ngram_size", 0),
+                    generation.get("early_stopping", True),
+                    generation.get("forced_eos", False),
+                )
+            )
         model = config["model"]
-        layers, heads = model["n_decoder_layers"], model["n_heads"]
         return cls(
-            Shapes(layers, layers + int(model.get("copy", False)), heads, model["d_model"] // heads),
             Decoding(
                 model["bos_id"],
                 model["eos_id"],
                 config.get("length_penalty", 1.0),
                 config.get("no_repeat_ngram_size", 0),
-            ),
+            )
         )
 
     @classmethod

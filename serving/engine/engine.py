@@ -45,6 +45,7 @@ from serving.engine.config import EngineConfig
 from serving.engine.hypotheses import repeated_ngram_tokens
 from serving.engine.search import LOWEST, best_candidates
 from serving.providers import inference_session
+from tasks import generation_contract as contract
 
 TokenCallback = Callable[[list[int], bool], None]  # (newly stable tokens, final)
 
@@ -119,12 +120,15 @@ class Engine:
         # on the CPU provider and the caches cross over every step: correct, not yet fast (not run here: no GPU).
         self.encoder = inference_session(encoder, options)
         self.decoder = inference_session(decoder, options)
-        self.cross_names = [o.name for o in self.encoder.get_outputs()]
-        self.past_names = [i.name for i in self.decoder.get_inputs() if i.name.startswith("past_")]
-        self.present_names = [o.name for o in self.decoder.get_outputs() if o.name.startswith("present_")]
-        self.vocab = self.decoder.get_outputs()[0].shape[1]  # log_probs [B, V]: V is static
-        shapes = config.shapes
-        self.shapes = shapes
+        # Everything the engine knows of the model comes from the graphs, as the contract lays them out.
+        shapes = contract.layout(
+            {i.name: i.shape for i in self.decoder.get_inputs()}, {o.name: o.shape for o in self.decoder.get_outputs()}
+        )
+        self.layout = shapes
+        self.cross_names = contract.cross_names(shapes.n_cross)
+        self.past_names = contract.self_cache_names("past", shapes.n_layers)
+        self.present_names = contract.self_cache_names("present", shapes.n_layers)
+        self.vocab = shapes.vocab
         self.decoding = config.decoding
         self.max_rows = max_rows
         self.stats = Stats()
@@ -145,6 +149,11 @@ class Engine:
 
     # -- submitting --------------------------------------------------------------------------------------------
     def submit(self, job: Job) -> None:
+        if not 1 <= job.num_beams <= self.layout.max_beams:
+            raise ValueError(
+                f"num_beams must be between 1 and {self.layout.max_beams} (the decoder returns {self.layout.top_k} "
+                f"tokens per row), got {job.num_beams}"
+            )
         with self._wake:
             if not job.bulk:
                 self._interactive_at = time.monotonic()
@@ -291,7 +300,7 @@ class Engine:
         for i, source in enumerate(sources):
             ids[i, : len(source)] = source
         mask = (ids != 0).astype(np.int32)
-        return self.encoder.run(self.cross_names, {"input_ids": ids, "attention_mask": mask}), mask
+        return self.encoder.run(self.cross_names, {contract.INPUT_IDS: ids, contract.ATTENTION_MASK: mask}), mask
 
     def _move_rows(self) -> None:
         """The last step's beam reorders and departures: each row that moves is copied (the columns in use)."""
@@ -365,15 +374,16 @@ class Engine:
         if min(widths) != max(widths):  # the graph groups rows by source only when every source has as many
             cross_mask, *cross_kv = (np.repeat(array, widths, axis=0) for array in (cross_mask, *cross_kv))
         feeds = {
-            "input_ids": np.array([[beam[-1]] for beam in beams], np.int32),
-            "positions": positions,
-            "cross_mask": cross_mask,
+            contract.INPUT_IDS: np.array([[beam[-1]] for beam in beams], np.int32),
+            contract.POSITIONS: positions,
+            contract.CROSS_MASK: cross_mask,
             **dict(zip(self.cross_names, cross_kv)),
         }
         binding = self.decoder.io_binding()
         for name, array in feeds.items():
             binding.bind_cpu_input(name, array)
-        wanted = ["top_log_probs", "top_ids"] + (["log_probs"] if self.decoding.no_repeat_ngram_size else [])
+        wanted = [contract.TOP_LOG_PROBS, contract.TOP_IDS]
+        wanted += [contract.LOG_PROBS] if self.decoding.no_repeat_ngram_size else []
         for name in wanted:
             binding.bind_output(name)
         for past, present, buffer in zip(self.past_names, self.present_names, self._cache):
@@ -481,6 +491,8 @@ class Engine:
         scores [R, C]: per row its best C log-probabilities with their token ids `ids` (C = TOP_K), or all of them
         (ids None: column = token id). A beam search's 2·k best over [k × V] are among its rows' best 2·k each.
         """
+        if self.decoding.forced_eos:
+            self._force_eos(scores, ids, starts)
         parents: list[list[int]] = [[] for _ in self._jobs]
         by_width: dict[int, list[int]] = {}
         for i, job in enumerate(self._jobs):
@@ -503,6 +515,20 @@ class Engine:
             for n, i in enumerate(members):
                 parents[i] = self._jobs[i].sequence.take_candidates(picked[n], values[n], self.vocab)
         return parents
+
+    def _force_eos(self, scores: np.ndarray, ids: np.ndarray | None, starts: np.ndarray) -> None:
+        """The rows of sources about to take their last step may only end (Hugging Face's forced_eos_token_id):
+        eos at log-probability 0, every other token at the lowest score, in place."""
+        eos = self.decoding.eos_id
+        for job, start in zip(self._jobs, starts.tolist()):
+            if job.sequence.steps != job.max_new_tokens - 1:
+                continue
+            rows = slice(start, start + job.num_beams)
+            scores[rows] = LOWEST
+            if ids is None:
+                scores[rows, eos] = 0.0
+            else:
+                scores[rows, 0], ids[rows, 0] = 0.0, eos
 
     def _report(self, job: Job) -> None:
         seq = job.sequence

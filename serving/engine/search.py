@@ -8,7 +8,8 @@ The rules are the reference's (export/model/reference_search.py), which follows 
 by step: the top 2·k candidates over [k × vocab] of `log_probs + beam score`; an eos among the first k closes a
 hypothesis scored `sum_logprobs / len ** length_penalty` (len counts bos); with early stopping a source is done once
 it has k hypotheses; after max_new_tokens steps the live beams compete with the hypotheses. Greedy is argmax until
-eos.
+eos. A checkpoint imported from Hugging Face (`Decoding.early_stopping` False, `forced_eos`) gets `generate`'s rules
+instead, which differ only in when a search stops and in its last step.
 """
 
 from __future__ import annotations
@@ -37,10 +38,15 @@ def best_candidates(scores: np.ndarray, count: int) -> tuple[np.ndarray, np.ndar
 class Decoding:
     """What every source of one engine shares: the special ids and the checkpoint's decoding settings."""
 
-    bos_id: int
+    bos_id: int  # the decoder's start token
     eos_id: int
     length_penalty: float = 1.0
     no_repeat_ngram_size: int = 0
+    # True: a beam search is done once it has k finished hypotheses (ONNX Runtime's BeamSearch, our checkpoints).
+    # False: Hugging Face's default, done once they are k and the best live beam, scored at its length, can no
+    # longer beat the worst of them.
+    early_stopping: bool = True
+    forced_eos: bool = False  # the last step allowed may only produce eos (Hugging Face's forced_eos_token_id)
 
 
 class SourceSearch:
@@ -105,17 +111,26 @@ class SourceSearch:
                 self.hypotheses.add(beams[row], float(score))
             if len(chosen) == k:
                 break
-        if self.hypotheses.full():  # early stopping
+        if self.hypotheses.full() and self.decoding.early_stopping:
             self.result = self.hypotheses.items[0][1][1:]
             return []
         self.beams = [beams[row] + [token] for row, token, _ in chosen]
         self.scores = np.array([score for _, _, score in chosen], dtype=np.float32)
+        if self.hypotheses.full() and not self._can_improve():
+            self.result = self.hypotheses.items[0][1][1:]
+            return []
         if self.steps == self.max_new_tokens:  # out of steps: the live beams compete with the hypotheses
             for beam, score in zip(self.beams, self.scores):
                 self.hypotheses.add(beam, float(score))
             self.result = self.hypotheses.items[0][1][1:]
             return []
         return [row for row, _, _ in chosen]
+
+    def _can_improve(self) -> bool:
+        """Whether the best live beam, scored at its present length, beats the worst finished hypothesis: Hugging
+        Face's stopping rule without early stopping (its `_check_early_stop_heuristic`)."""
+        best = np.float32(self.scores[0] / np.float32(self.steps) ** self.decoding.length_penalty)
+        return bool(best > self.hypotheses.items[-1][0])
 
     def stable_tokens(self) -> list[int]:
         """Generated tokens that every possible answer starts with: all of them once finished; for greedy the

@@ -37,6 +37,7 @@ from serving.frontends.base import BatchTokenizer, FrontModel, InputError
 from serving.frontends.options import EngineOptions, TranslateOptions
 from serving.frontends.sentences import Document
 from serving.text.tokenizer import EOS_ID, detokenize, settled_prefix
+from tasks import generation_contract as contract
 
 # Texts may wait for the running batch up to this many rows (sentences x beams) ahead of them; more is refused
 # (bounded latency). A request alone may hold at most this many rows, so it can be admitted when the engine is idle.
@@ -61,10 +62,10 @@ class EngineFront(FrontModel):
         cfg = self.task_config
         self.source = BatchTokenizer.from_file(self.asset_dir / "tokenizer.json", cfg["max_tokens"])
         self.target = Tokenizer.from_file(str(self.asset_dir / "target_tokenizer.json"))
-        suffix = ".int8.onnx" if self.parameters.get("precision", "fp32") == "int8" else ".onnx"
+        encoder, decoder = contract.graph_files(self.parameters.get("precision", "fp32"))
         self.engine = Engine(
-            self.asset_dir / f"encoder{suffix}",
-            self.asset_dir / f"decoder{suffix}",
+            self.asset_dir / encoder,
+            self.asset_dir / decoder,
             EngineConfig.from_dict(cfg),
             self.graph_threads(),
         )

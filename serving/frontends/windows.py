@@ -239,10 +239,15 @@ class WindowRows:
 
 
 def window_rows(
-    texts: Sequence[str], encodings: Sequence[TokenizedText], window: int, max_windows: int = MAX_WINDOWS
+    texts: Sequence[str],
+    encodings: Sequence[TokenizedText],
+    window: int,
+    max_windows: int = MAX_WINDOWS,
+    empty: Sequence[int] = (UNK_ID,),
 ) -> WindowRows:
-    """Each text's windows (:func:`sentence_windows`) as rows of token ids; a text the tokenizer empties is one
-    unknown token, as it always was."""
+    """Each text's windows (:func:`sentence_windows`) as rows of token ids; a text the tokenizer empties is the
+    row ``empty``: one unknown token, as it always was, or none for a model whose rows are framed by special
+    tokens anyway (an imported BERT reads such a text as [CLS] [SEP], as Hugging Face does)."""
     rows: list[list[int]] = []
     owners: list[int] = []
     read: list[Windows] = []
@@ -250,6 +255,6 @@ def window_rows(
         windows = sentence_windows(text, encoding.offsets, window, max_windows)
         read.append(windows)
         for start, end in windows.bounds:
-            rows.append(list(encoding.ids[start:end]) or [UNK_ID])
+            rows.append(list(encoding.ids[start:end]) or list(empty))
             owners.append(number)
     return WindowRows(rows, owners, read)

@@ -78,8 +78,11 @@ def is_cjk(ch: str) -> bool:
 
 def detokenize(tokenizer: Tokenizer, ids: list[int]) -> str:
     """Token ids → text. The WordPiece decoder joins tokens with spaces; Chinese has none, so
-    spaces touching a CJK character or full-width punctuation are removed."""
+    spaces touching a CJK character or full-width punctuation are removed. A SentencePiece tokenizer (an
+    imported model's) keeps its spaces in the pieces: its text is the decoder's as it is."""
     text = tokenizer.decode(ids, skip_special_tokens=True)
+    if not isinstance(tokenizer.decoder, decoders.WordPiece):
+        return text
     out = []
     for i, ch in enumerate(text):
         if ch == " " and 0 < i < len(text) - 1 and (is_cjk(text[i - 1]) or is_cjk(text[i + 1])):

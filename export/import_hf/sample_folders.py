@@ -1,0 +1,150 @@
+"""Hugging Face checkpoint folders built here with transformers' own classes, for the importer's tests and the
+`imported` benchmark: no model hub is reachable from these machines.
+
+A sample Marian folder is what `save_pretrained` writes for Helsinki-NLP's opus-mt models: config.json,
+generation_config.json (the opus-mt decoding rules: beams, the pad token banned, forced eos, max_length 512),
+model.safetensors, source.spm / target.spm (SentencePiece Unigram models trained here on the data's Chinese and
+English sides) and vocab.json (their joint vocabulary, `</s>` 0, `<unk>` 1, `<pad>` last). The model is trained a
+few steps on Tatoeba so that its choices are not ties; its translations are poor, which does not matter for parity
+or speed.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from export.training.data import DEFAULT_DATA_DIR, read_translation
+
+
+@dataclass(frozen=True)
+class MarianSize:
+    encoder_layers: int
+    decoder_layers: int
+    d_model: int
+    heads: int
+    ffn: int
+    source_vocab: int  # SentencePiece pieces per side; vocab.json joins them
+    target_vocab: int
+    train_steps: int
+
+
+TINY = MarianSize(2, 2, 64, 4, 128, 4000, 1500, 300)
+OPUS_MT = MarianSize(6, 6, 512, 8, 2048, 16000, 16000, 60)  # Helsinki-NLP/opus-mt-zh-en's shape
+
+
+def translation_pairs(data_dir: Path = DEFAULT_DATA_DIR) -> tuple[list[tuple[str, str]], list[str]]:
+    """(training pairs zh, en; the held-out Chinese test sentences)."""
+    train, test = read_translation(data_dir)
+    return [(p.source, p.target) for p in train], [p.source for p in test]
+
+
+def _spm(texts: list[str], vocab_size: int, prefix: Path) -> Path:
+    import sentencepiece as spm
+
+    corpus = prefix.with_suffix(".txt")
+    corpus.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    spm.SentencePieceTrainer.train(
+        input=str(corpus),
+        model_prefix=str(prefix),
+        vocab_size=vocab_size,
+        model_type="unigram",
+        character_coverage=0.9995,
+        hard_vocab_limit=False,
+        bos_id=-1,
+        eos_id=2,
+        unk_id=1,
+        pad_id=-1,
+        minloglevel=2,
+    )
+    return prefix.with_suffix(".model")
+
+
+def build_marian(folder: Path, size: MarianSize, pairs: list[tuple[str, str]], seed: int = 0) -> Path:
+    """Train tokenizers and a MarianMTModel of `size` briefly on `pairs`, and save it to `folder`."""
+    from transformers import GenerationConfig, MarianConfig, MarianMTModel, MarianTokenizer
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    random.seed(seed)
+    torch.manual_seed(seed)
+    with tempfile.TemporaryDirectory() as work:
+        source_spm = _spm([zh for zh, _ in pairs], size.source_vocab, Path(work) / "source")
+        target_spm = _spm([en for _, en in pairs], size.target_vocab, Path(work) / "target")
+        pieces: dict[str, int] = {"</s>": 0, "<unk>": 1}
+        for path in (source_spm, target_spm):
+            import sentencepiece as spm
+
+            model = spm.SentencePieceProcessor(model_file=str(path))
+            for i in range(model.get_piece_size()):
+                if not (model.is_control(i) or model.is_unknown(i)):
+                    pieces.setdefault(model.id_to_piece(i), len(pieces))
+        pieces["<pad>"] = len(pieces)
+        vocab = Path(work) / "vocab.json"
+        vocab.write_text(json.dumps(pieces, ensure_ascii=False), encoding="utf-8")
+        tokenizer = MarianTokenizer(str(source_spm), str(target_spm), str(vocab), source_lang="zh", target_lang="en")
+        tokenizer.save_pretrained(folder)
+    pad = pieces["<pad>"]
+    config = MarianConfig(
+        vocab_size=len(pieces),
+        decoder_vocab_size=len(pieces),
+        d_model=size.d_model,
+        encoder_layers=size.encoder_layers,
+        decoder_layers=size.decoder_layers,
+        encoder_attention_heads=size.heads,
+        decoder_attention_heads=size.heads,
+        encoder_ffn_dim=size.ffn,
+        decoder_ffn_dim=size.ffn,
+        max_position_embeddings=512,
+        pad_token_id=pad,
+        eos_token_id=0,
+        decoder_start_token_id=pad,
+        forced_eos_token_id=0,
+        scale_embedding=True,
+        share_encoder_decoder_embeddings=True,
+        activation_function="swish",
+        dropout=0.1,
+    )
+    model = MarianMTModel(config)
+    _train(model, tokenizer, pairs, size.train_steps)
+    model.generation_config = GenerationConfig(
+        bad_words_ids=[[pad]],
+        decoder_start_token_id=pad,
+        eos_token_id=0,
+        forced_eos_token_id=0,
+        max_length=512,
+        num_beams=4,
+        pad_token_id=pad,
+    )
+    model.save_pretrained(folder)
+    return folder
+
+
+def _train(model, tokenizer, pairs: list[tuple[str, str]], steps: int, batch: int = 32) -> None:
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3 if model.config.d_model < 256 else 5e-4)
+    model.train()
+    started = time.monotonic()
+    for step in range(steps):
+        rows = random.sample(pairs, batch)
+        inputs = tokenizer(
+            [zh for zh, _ in rows], text_target=[en for _, en in rows], padding=True, truncation=True, max_length=48
+        )
+        labels = torch.tensor(inputs["labels"])
+        labels[labels == model.config.pad_token_id] = -100
+        loss = model(
+            input_ids=torch.tensor(inputs["input_ids"]),
+            attention_mask=torch.tensor(inputs["attention_mask"]),
+            labels=labels,
+        ).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        if step % 50 == 0 or step == steps - 1:
+            print(f"  step {step + 1}/{steps} loss {loss.item():.2f} ({time.monotonic() - started:.0f} s)", flush=True)
+    model.eval()
