@@ -57,8 +57,31 @@ def main(argv: list[str] | None = None) -> int:
     if problems:
         print("run `python -m tasks generate` and commit the result", file=sys.stderr)
         return 1
-    print(f"{args.repository}: the configs of {len(tasks)} tasks match their definitions")
+    broken = [problem for task in tasks.values() for problem in generation_problems(task, args.repository)]
+    for problem in broken:
+        print(problem, file=sys.stderr)
+    if broken:
+        print("the generation graphs break tasks/generation_contract.py: rebuild them", file=sys.stderr)
+        return 1
+    print(f"{args.repository}: the configs of {len(tasks)} tasks match their definitions, their graphs the contract")
     return 0
+
+
+def generation_problems(task, repository: Path) -> list[str]:
+    """Where the built step graphs of the task's engine endpoints break the generation contract, and where its
+    num_beams range asks for more beams than the contract's top-k serves. An endpoint not built yet is skipped."""
+    from . import generation_contract as contract
+
+    problems = []
+    for endpoint in task.endpoints():
+        folder = repository / endpoint.name / "1"
+        if not (folder / contract.DECODER_FILE).is_file():
+            continue  # not a generation engine's folder, or not built
+        problems += contract.check_graphs(folder, endpoint.precision)
+        beams = next((option for option in task.options if option.keyword == "num_beams"), None)
+        if beams is not None and beams.high > contract.MAX_BEAMS:
+            problems.append(f"{task.source}: num_beams goes up to {beams.high}; the graphs serve {contract.MAX_BEAMS}")
+    return problems
 
 
 if __name__ == "__main__":

@@ -194,7 +194,7 @@ class MarianDecoderGraph(nn.Module):
             h = attention(q, keys, values, impl, c.num_heads, key_padding_mask=cross_mask)
             x = layer.encoder_attn_layer_norm(x + c.out_proj(h.out.reshape(x.shape)))
             x = layer.final_layer_norm(x + layer.fc2(layer.activation_fn(layer.fc1(x))))
-        logits = (self.lm_head(x[:, -1]) + self.logits_bias).float()
+        logits = (self.lm_head(x)[:, -1] + self.logits_bias).float()  # 3-D: a MatMul the int8 quantizer reads
         if self.renormalize:  # generate's renormalize_logits: the banned tokens' mass goes to the others
             log_probs = (logits + self.banned).log_softmax(-1)
         else:  # generate bans after the log-softmax

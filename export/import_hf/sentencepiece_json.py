@@ -34,17 +34,21 @@ def read_model(path: Path):
     return proto
 
 
-def source_tokenizer(spm: Path, vocab: dict[str, int], unk: str, eos: str, pad: str) -> tuple[Tokenizer, list[int]]:
-    """The source tokenizer and the table of model ids per tokenizer id (see the module docstring)."""
+def source_tokenizer(
+    spm: Path, vocab: dict[str, int], unk: str, eos: str, pad: str
+) -> tuple[Tokenizer, dict[str, int], list[int]]:
+    """The source tokenizer, its unknown pieces (surface → tokenizer id, see `unknown_pieces`) and the table of
+    model ids per tokenizer id (see the module docstring)."""
     proto = read_model(spm)
     if proto.trainer_spec.model_type != 1:
         raise ValueError(f"{spm}: only Unigram SentencePiece models are supported (model_type 1)")
     if proto.trainer_spec.byte_fallback or any(p.type in (USER_DEFINED, BYTE) for p in proto.pieces):
         raise ValueError(f"{spm}: byte fallback and user-defined symbols are not supported")
     pieces = [(p.piece, p.score) for p in proto.pieces if p.type == NORMAL]
-    pieces += _unknown_runs(pieces, vocab)
     specials = {PAD: vocab[pad], UNK: vocab[unk], BOS: vocab[unk], EOS: vocab[eos]}  # bos is never fed to Marian
     table = [specials[token] for token in SPECIAL_TOKENS] + [vocab.get(piece, vocab[unk]) for piece, _ in pieces]
+    unknown = unknown_pieces(pieces, vocab, first_id=len(table))
+    table += [vocab[piece] for piece in unknown]
     unigram = models.Unigram([(token, 0.0) for token in SPECIAL_TOKENS] + pieces, SPECIAL_TOKENS.index(UNK), False)
     tokenizer = Tokenizer(unigram)
     steps = [normalizers.Strip(left=False, right=True), normalizers.Replace(Regex(" {2,}"), SPACE)]
@@ -53,17 +57,18 @@ def source_tokenizer(spm: Path, vocab: dict[str, int], unk: str, eos: str, pad: 
     tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement=SPACE, prepend_scheme="always")
     tokenizer.decoder = decoders.Metaspace(replacement=SPACE, prepend_scheme="always")
     tokenizer.add_special_tokens([AddedToken(token, special=True, normalized=False) for token in SPECIAL_TOKENS])
-    return tokenizer, table
+    return tokenizer, unknown, table
 
 
-def _unknown_runs(pieces: list[tuple[str, float]], vocab: dict[str, int]) -> list[tuple[str, float]]:
+def unknown_pieces(pieces: list[tuple[str, float]], vocab: dict[str, int], first_id: int) -> dict[str, int]:
     """SentencePiece gives a run of characters it does not know as one piece, its surface string, which
-    MarianTokenizer then looks up in vocab.json (a target-side piece, often). The vocabulary's pieces made only of
-    such characters are added here, each scored above any split of it (a run that no piece covers whole stays
-    one unknown token, as with SentencePiece); they never overlap a known piece, so nothing else changes."""
+    MarianTokenizer then looks up in vocab.json (a target-side piece, often). `tokenizers` gives that run as one
+    unknown token, so the vocabulary's pieces made only of such characters get tokenizer ids of their own from
+    `first_id` on, which the front model puts in place of an unknown token whose text is one of them."""
     known = {ch for piece, _ in pieces for ch in piece}
     own = {piece for piece, _ in pieces}
-    return [(piece, -1.0) for piece in vocab if piece not in own and piece and not known.intersection(piece)]
+    runs = [piece for piece in vocab if piece not in own and piece and not known.intersection(piece)]
+    return {piece: first_id + i for i, piece in enumerate(runs)}
 
 
 def target_tokenizer(vocab: dict[str, int], specials: list[str]) -> Tokenizer:

@@ -18,7 +18,10 @@ import torch
 
 from export.import_hf import marian
 from export.import_hf.sentencepiece_json import read_vocab, source_tokenizer, target_tokenizer
+from serving.text.tokenizer import UNKNOWN_PIECES_SUFFIX
 from tasks import generation_contract as contract
+
+ASSETS = ("tokenizer.json", "tokenizer" + UNKNOWN_PIECES_SUFFIX, "target_tokenizer.json", "config.json")
 
 Progress = Callable[[str], None]
 
@@ -42,7 +45,9 @@ def import_translator(
     missing = [token for token in names.values() if token not in vocab]
     if missing:
         raise ValueError(f"{source}/vocab.json lacks the special tokens {missing}")
-    src_tokenizer, table = source_tokenizer(source / "source.spm", vocab, names["unk"], names["eos"], names["pad"])
+    src_tokenizer, unknown, table = source_tokenizer(
+        source / "source.spm", vocab, names["unk"], names["eos"], names["pad"]
+    )
     tgt_tokenizer = target_tokenizer(vocab, [names["eos"], names["pad"], names["unk"]])
 
     folder = Path(checkpoints) / name
@@ -62,13 +67,13 @@ def import_translator(
         written.append(folder / file)
     if int8:
         say("quantizing both graphs to int8 (dynamic, MatMul weights)")
-        from export.graphs.step_export import quantize_step_graphs
-
-        written += quantize_step_graphs(folder)
+        written += quantize(folder)
     problems = contract.check_graphs(folder)
     if problems:
         raise RuntimeError("the exported graphs break the generation contract: " + "; ".join(problems))
     src_tokenizer.save(str(folder / "tokenizer.json"))
+    unknown_file = (folder / "tokenizer.json").with_suffix(UNKNOWN_PIECES_SUFFIX)
+    unknown_file.write_text(json.dumps(unknown, ensure_ascii=False) + "\n", encoding="utf-8")
     tgt_tokenizer.save(str(folder / "target_tokenizer.json"))
     max_tokens = min(settings.max_positions, int(tokenizer_config.get("model_max_length", settings.max_positions)))
     config = {
@@ -87,7 +92,7 @@ def import_translator(
     }
     (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     (folder / "README.md").write_text(_model_card(source, name, settings, int8), encoding="utf-8")
-    written += [folder / f for f in ("tokenizer.json", "target_tokenizer.json", "config.json", "README.md")]
+    written += [folder / f for f in (*ASSETS, "README.md")]
     definition = Path(tasks_dir) / f"{name}.toml"
     definition.parent.mkdir(parents=True, exist_ok=True)
     definition.write_text(task_definition(source, name, settings, int8), encoding="utf-8")
@@ -96,6 +101,28 @@ def import_translator(
 
 
 _SPECIALS = {"unk": "<unk>", "eos": "</s>", "pad": "<pad>"}
+
+
+def quantize(folder: Path) -> list[Path]:
+    """The graphs' int8 twins. The output projection shares its weight with the embedding, so it is a MatMul of a
+    transposed weight, which the quantizer passes over; ONNX Runtime's constant folding first makes that weight a
+    constant of its own, which is then quantized (the embedding's table stays float)."""
+    import onnxruntime as ort
+
+    from export.graphs.step_export import quantize_graph
+
+    written = []
+    for file in contract.graph_files("fp32"):
+        folded = folder / f"folded.{file}"
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        options.optimized_model_filepath = str(folded)
+        ort.InferenceSession(str(folder / file), options, providers=["CPUExecutionProvider"])
+        destination = folder / contract.INT8_FILES[file]
+        quantize_graph(folded, destination)
+        folded.unlink()
+        written.append(destination)
+    return written
 
 
 def _tokenizer_config(source: Path) -> dict:
@@ -119,7 +146,7 @@ queue = {{ max_size = 64, timeout_s = 5 }}{precision}"""
 summary = "translate with {name} (MarianMTModel imported from Hugging Face); prints one translation per line"
 example = 'python -m clients {name} "我爱你。"'
 checkpoint = "{name}"
-assets = ["tokenizer.json", "target_tokenizer.json", "config.json"]
+assets = {json.dumps(list(ASSETS))}
 
 [options.max_new_tokens]
 input = "MAX_NEW_TOKENS"

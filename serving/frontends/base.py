@@ -26,7 +26,7 @@ from tokenizers import Tokenizer
 
 from serving.frontends.metrics import FrontMetrics
 from serving.frontends.options import NoOptions, check_options
-from serving.text.tokenizer import UNK_ID
+from serving.text.tokenizer import UNK_ID, UNKNOWN_PIECES_SUFFIX
 from tasks.definition import TEXT_INPUT, Endpoint, Task
 from tasks.definition import load as load_task
 
@@ -180,24 +180,49 @@ def length_buckets(lengths: Sequence[int]) -> list[list[int]]:
 
 
 class BatchTokenizer:
-    """One `encode_batch` call for all texts of a Triton batch, truncation, one padding."""
+    """One `encode_batch` call for all texts of a Triton batch, truncation, one padding.
 
-    def __init__(self, tokenizer: Tokenizer, max_tokens: int, pad_id: int = 0) -> None:
+    A tokenizer may come with a table of unknown pieces (``<name>.unknown_pieces.json`` beside it, written by the
+    Marian importer): a run of characters its model does not know is one unknown token, and where the run's
+    normalized text is in that table it takes the table's id instead, as MarianTokenizer looks such a run up in
+    its vocabulary."""
+
+    def __init__(
+        self, tokenizer: Tokenizer, max_tokens: int, pad_id: int = 0, unknown_pieces: dict[str, int] | None = None
+    ) -> None:
         self.tokenizer = tokenizer
         self.max_tokens = max_tokens
         self.pad_id = pad_id
+        self.unknown_pieces = unknown_pieces or {}
 
     @classmethod
     def from_file(cls, path: Path, max_tokens: int) -> BatchTokenizer:
-        return cls(Tokenizer.from_file(str(path)), max_tokens)
+        table = Path(path).with_suffix(UNKNOWN_PIECES_SUFFIX)
+        pieces = json.loads(table.read_text(encoding="utf-8")) if table.is_file() else None
+        return cls(Tokenizer.from_file(str(path)), max_tokens, unknown_pieces=pieces)
+
+    def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Each text's ids, no special tokens added."""
+        encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        if not self.unknown_pieces:
+            return [encoding.ids for encoding in encodings]
+        return [self._known(text, encoding) for text, encoding in zip(texts, encodings)]
+
+    def _known(self, text: str, encoding: Any) -> list[int]:
+        ids = list(encoding.ids)
+        for i, (token, (start, end)) in enumerate(zip(ids, encoding.offsets)):
+            if token == UNK_ID:
+                surface = self.tokenizer.normalizer.normalize_str(text[start:end])
+                ids[i] = self.unknown_pieces.get(surface, UNK_ID)
+        return ids
 
     def encode(self, texts: Sequence[str], suffix: Sequence[int] = ()) -> Encoded:
         """Token ids (plus `suffix`, e.g. an end-of-sequence id) truncated to max_tokens."""
-        encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        all_ids = self.token_ids(texts)
         keep = self.max_tokens - len(suffix)
         # An empty encoding would leave a row with every key masked; read it as one unknown token.
-        seqs = [(enc.ids[:keep] or [UNK_ID]) + list(suffix) for enc in encodings]
-        truncated = [len(enc.ids) > keep for enc in encodings]
+        seqs = [(ids[:keep] or [UNK_ID]) + list(suffix) for ids in all_ids]
+        truncated = [len(ids) > keep for ids in all_ids]
         lengths = [len(s) for s in seqs]
         width = padded_width(max(lengths))
         ids = np.full((len(seqs), width), self.pad_id, dtype=np.int64)
@@ -213,7 +238,7 @@ class BatchTokenizer:
         return [[end for _, end in encoding.offsets] for encoding in encodings]
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
-        return [len(enc.ids) for enc in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+        return [len(ids) for ids in self.token_ids(texts)]
 
 
 @dataclass

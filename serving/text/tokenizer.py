@@ -18,6 +18,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 PAD, UNK, BOS, EOS = "[PAD]", "[UNK]", "[BOS]", "[EOS]"
 SPECIAL_TOKENS = [PAD, UNK, BOS, EOS]  # ids 0..3, the same in every tokenizer of the project
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = range(4)
+UNKNOWN_PIECES_SUFFIX = ".unknown_pieces.json"  # beside a tokenizer file: serving/frontends/base.py, BatchTokenizer
 
 
 def train_tokenizer(
