@@ -50,6 +50,12 @@ USES = (
         "it uses the load test's built-in sentences",
     ),
     Use(
+        "imported",
+        "translate",
+        "Tatoeba pairs: the sample Marian folder's tokenizers, and its test sentences",
+        "it cannot build the sample folder and fails",
+    ),
+    Use(
         "documents",
         "translate_test",
         "Tatoeba test sentences joined into paragraphs (file order)",

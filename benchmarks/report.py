@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks import data, documents, generation, runtime, threads, translation_report
+from benchmarks import data, documents, generation, imported, runtime, threads, translation_report
 from benchmarks.markdown import cell, table
 
 
@@ -188,6 +188,7 @@ def markdown(results: dict[str, Any]) -> str:
         "ceiling": _ceiling,
         "translation": translation_report.markdown,
         "documents": documents.markdown,
+        "imported": imported.markdown,
     }
     for key, render in sections.items():
         if results.get(key):

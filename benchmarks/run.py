@@ -66,7 +66,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def run_sections(sections: list[str], prof: Any, workdir: Path) -> dict[str, Any]:
     """Each comparison in turn (imports deferred: the serving one needs no torch model until it runs)."""
-    from benchmarks import documents, generation, runtime, serving, translation
+    from benchmarks import documents, generation, imported, runtime, serving, translation
 
     measures = {
         "ceiling": lambda: ceiling.measure(prof),
@@ -75,6 +75,7 @@ def run_sections(sections: list[str], prof: Any, workdir: Path) -> dict[str, Any
         "serving": lambda: serving.measure(prof, workdir),
         "translation": lambda: translation.measure(prof, workdir),
         "documents": lambda: documents.measure(prof, workdir),
+        "imported": lambda: imported.measure(prof, workdir),
     }
     results: dict[str, Any] = {}
     for section in SECTIONS:
@@ -109,9 +110,11 @@ def main(argv: list[str] | None = None) -> int:
         results: dict[str, Any] = run_sections(sections, prof, Path(tmp))
     if results.get("ceiling"):
         ceiling.finish(results["ceiling"], prof, results.get("runtime"))
-    # the translation and documents sections compute their own bars; listed with the others
+    # the translation, documents and imported sections compute their own bars; listed with the others
     results["checks"] = checks.evaluate(results) + [
-        bar for section in ("translation", "documents") for bar in (results.get(section) or {}).get("bars", [])
+        bar
+        for section in ("translation", "documents", "imported")
+        for bar in (results.get(section) or {}).get("bars", [])
     ]
     meta |= {"load_end": load_average(), "seconds": time.perf_counter() - started}
     results = {"meta": meta, **results}

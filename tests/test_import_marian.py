@@ -151,7 +151,7 @@ def test_the_source_tokenizer_gives_marian_ids(folders, corpus, imported):
 
 
 @pytest.mark.export
-def test_the_graphs_follow_the_contract_with_one_fused_attention_per_attention(imported):
+def test_the_graphs_follow_the_contract_with_one_fused_attention_per_attention(folders, imported):
     checkpoints, tasks = imported
     for name, layers in (("tiny_mt", TINY.decoder_layers), ("opus_mt", OPUS_MT.decoder_layers)):
         folder = checkpoints / name
@@ -162,6 +162,8 @@ def test_the_graphs_follow_the_contract_with_one_fused_attention_per_attention(i
         assert [node.op_type for node in encoder.node].count("MultiHeadAttention") == layers
         assert "Softmax" not in ops  # every attention fused
     assert contract.check_graphs(checkpoints / "tiny_int8", "int8") == []
+    if (DEFAULT_DATA_DIR / "translation" / "extra").is_dir():  # opus-mt-zh-en's vocabulary is 65 k
+        assert json.loads((folders["opus"] / "config.json").read_text())["vocab_size"] >= 30_000
     task = load(tasks / "tiny_int8.toml")
     assert (task.option("num_beams").default, task.endpoint.precision, task.stream.name) == (
         4,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from export.training.data import DEFAULT_DATA_DIR, read_translation
+from export.training.data import DEFAULT_DATA_DIR, read_translation, read_translation_extra
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,7 @@ class MarianSize:
     target_vocab: int
     train_steps: int
     init_std: float = 0.02  # transformers' default
+    tokenizer_corpora: tuple[str, ...] = ()  # extra corpora (translation/extra) the SentencePiece models also read
 
 
 TINY = MarianSize(2, 2, 64, 4, 128, 4000, 1500, 600)
@@ -41,7 +42,8 @@ TINY = MarianSize(2, 2, 64, 4, 128, 4000, 1500, 600)
 # model this size the target's most frequent tokens, and then every source gets the same answer (measured), which
 # would make a parity check trivial. Random weights drawn wider than transformers' default give each source its
 # own answer, with a median gap of 0.2 nats between the two best first tokens: no ties either.
-OPUS_MT = MarianSize(6, 6, 512, 8, 2048, 16000, 16000, 0, init_std=0.05)
+# Its SentencePiece models also read CC-CEDICT, so that the joint vocabulary passes 30 k pieces as opus-mt's does.
+OPUS_MT = MarianSize(6, 6, 512, 8, 2048, 24000, 16000, 0, init_std=0.05, tokenizer_corpora=("cedict",))
 
 
 def translation_pairs(data_dir: Path = DEFAULT_DATA_DIR) -> tuple[list[tuple[str, str]], list[str]]:
@@ -71,7 +73,9 @@ def _spm(texts: list[str], vocab_size: int, prefix: Path) -> Path:
     return prefix.with_suffix(".model")
 
 
-def build_marian(folder: Path, size: MarianSize, pairs: list[tuple[str, str]], seed: int = 0) -> Path:
+def build_marian(
+    folder: Path, size: MarianSize, pairs: list[tuple[str, str]], seed: int = 0, data_dir: Path = DEFAULT_DATA_DIR
+) -> Path:
     """Train tokenizers and a MarianMTModel of `size` briefly on `pairs`, and save it to `folder`."""
     from transformers import GenerationConfig, MarianConfig, MarianMTModel, MarianTokenizer
 
@@ -79,9 +83,11 @@ def build_marian(folder: Path, size: MarianSize, pairs: list[tuple[str, str]], s
     folder.mkdir(parents=True, exist_ok=True)
     random.seed(seed)
     torch.manual_seed(seed)
+    extra = read_translation_extra(data_dir, size.tokenizer_corpora) if (data_dir / "translation").is_dir() else []
+    texts = pairs + [(p.source, p.target) for p in extra]
     with tempfile.TemporaryDirectory() as work:
-        source_spm = _spm([zh for zh, _ in pairs], size.source_vocab, Path(work) / "source")
-        target_spm = _spm([en for _, en in pairs], size.target_vocab, Path(work) / "target")
+        source_spm = _spm([zh for zh, _ in texts], size.source_vocab, Path(work) / "source")
+        target_spm = _spm([en for _, en in texts], size.target_vocab, Path(work) / "target")
         pieces: dict[str, int] = {"</s>": 0, "<unk>": 1}
         for path in (source_spm, target_spm):
             import sentencepiece as spm
