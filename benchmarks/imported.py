@@ -4,8 +4,8 @@ vocabulary over 30 k; export/import_hf/sample_folders.py builds it, no hub here)
 (`TransformersConverter`, what `ct2-transformers-converter --model DIR` runs).
 
 - CTranslate2 offline: `translate_batch` over the test sentences (batches of 32, MarianTokenizer's pieces), fp32
-  and int8, 1 and 2 intra-op threads (the better one counts), greedy and beam 4, in a process of its own whose peak
-  resident memory is reported.
+  and int8, 1 and 2 intra-op threads and both GEMM backends (the best counts), greedy and beam 4, in a process of
+  its own (ctranslate2 and numpy only) whose resident memory is reported.
 - Served: the real Triton server with the imported task in fp32 and int8 (one engine of two threads each),
   closed-loop gRPC clients (benchmarks/closed_loop.py): single sentences (16 clients), and paragraphs of 8
   consecutive test sentences (8 clients; the endpoint splits them, each sentence a row of the running batch).
@@ -24,10 +24,8 @@ import concurrent.futures
 import contextlib
 import multiprocessing
 import os
-import statistics
 import subprocess
 import sys
-import time
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -48,6 +46,8 @@ SENTENCE_CLIENTS, PARAGRAPH_CLIENTS = 16, 8
 CT2_BATCH = 32
 SENTENCES = 160  # at most: 20 paragraphs of 8; a model this size takes seconds per pass
 CT2_THREADS = (1, 2)
+# CTranslate2's GEMM backends (CT2_USE_MKL): oneDNN, its default on AMD CPUs, and Intel MKL; the better one counts
+CT2_BACKENDS = {"oneDNN": "0", "MKL": "1"}
 BAR = 1.0
 
 
@@ -95,33 +95,29 @@ def ct2_offline(folder: Path, sentences: list[str], workdir: Path, repetitions: 
     for precision, quantization in (("fp32", None), ("int8", "int8")):
         converted = workdir / f"ct2-{precision}"
         TransformersConverter(str(folder)).convert(str(converted), quantization=quantization, force=True)
-        context = multiprocessing.get_context("spawn")  # a process of its own: its memory is CTranslate2's
-        with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
-            rows += pool.submit(_ct2_rows, str(converted), precision, tokens, repetitions).result()
+        for backend, use_mkl in CT2_BACKENDS.items():
+            rows += _in_own_process(str(converted), precision, backend, use_mkl, tokens, repetitions)
     return rows
 
 
-def _ct2_rows(model: str, precision: str, tokens: list[list[str]], repetitions: int) -> list[dict[str, Any]]:
-    import ctranslate2
-    import psutil
+def _in_own_process(model: str, precision: str, backend: str, use_mkl: str, tokens: list[list[str]],
+                    repetitions: int) -> list[dict[str, Any]]:  # fmt: skip
+    """CTranslate2's rows, measured in a process of its own (nothing else in its memory) with its GEMM backend."""
+    from benchmarks import ct2_worker
 
-    rows = []
-    for threads in CT2_THREADS:
-        translator = ctranslate2.Translator(model, device="cpu", inter_threads=1, intra_threads=threads)
-        for beams in BEAMS:
-            run = partial(translator.translate_batch, tokens, beam_size=beams, max_decoding_length=NEW_TOKENS,
-                          max_batch_size=CT2_BATCH)  # fmt: skip
-            run()  # warm-up
-            rates = []
-            for _ in range(repetitions):
-                started = time.perf_counter()
-                run()
-                rates.append(len(tokens) / (time.perf_counter() - started))
-            rows.append({"runtime": f"ctranslate2 {precision}", "threads": threads, "beams": beams,
-                         "sentences_per_s": statistics.median(rates), "runs": rates})  # fmt: skip
-        del translator
-    peak = psutil.Process().memory_info().rss / 2**20
-    return [row | {"rss_mb": round(peak, 1)} for row in rows]
+    saved = os.environ.get("CT2_USE_MKL")
+    os.environ["CT2_USE_MKL"] = use_mkl  # read when the spawned process loads ctranslate2
+    try:
+        context = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
+            job = pool.submit(ct2_worker.rows, model, precision, tokens, BEAMS, CT2_THREADS, NEW_TOKENS, CT2_BATCH,
+                              repetitions)  # fmt: skip
+            return [row | {"backend": backend} for row in job.result()]
+    finally:
+        if saved is None:
+            os.environ.pop("CT2_USE_MKL")
+        else:
+            os.environ["CT2_USE_MKL"] = saved
 
 
 # -- served ------------------------------------------------------------------------------------------------------
@@ -175,8 +171,9 @@ def ratios(section: dict[str, Any]) -> list[dict[str, Any]]:
         precision = point["runtime"].split()[-1]
         for baseline in ("fp32", precision):
             ct2 = best_ct2(section["offline"], baseline, point["beams"])
+            setting = f"{ct2['threads']} threads, {ct2['backend']}"
             out.append({"served": point["runtime"], "load": point["load"], "beams": point["beams"],
-                        "ctranslate2": ct2["runtime"], "ctranslate2_threads": ct2["threads"],
+                        "ctranslate2": ct2["runtime"], "ctranslate2_setting": setting,
                         "ratio": point["sentences_per_s"] / ct2["sentences_per_s"]})  # fmt: skip
     unique = {(r["served"], r["load"], r["beams"], r["ctranslate2"]): r for r in out}
     return list(unique.values())
@@ -226,20 +223,25 @@ def markdown(section: dict[str, Any]) -> list[str]:
         f"## Imported Marian ({section['model']}) served vs CTranslate2 offline",
         "",
         f"{section['sentences']} Tatoeba test sentences, at most {section['new_tokens']} new tokens; CPU flags: "
-        f"{', '.join(cpu.get('cpu_flags', [])) or 'not recorded'}; CTranslate2 {cpu.get('ctranslate2', '?')}.",
+        f"{', '.join(cpu.get('flags', [])) or 'not recorded'}; CTranslate2 {cpu.get('ctranslate2', '?')}.",
         "",
         "| runtime | load | beams | threads / clients | sentences/s | p50 ms | memory MB |",
         "|---|---|---|---|---|---|---|",
     ]
     for row in section["offline"]:
         lines.append(f"| {row['runtime']} | batches of {section['ctranslate2_batch']} | {row['beams']} | "
-                     f"{row['threads']} threads | {row['sentences_per_s']:.1f} | | {row['rss_mb']:.0f} |")  # fmt: skip
-    memory = f"{section['served_memory']['server_group_rss_mb']:.0f} (both)"
+                     f"{row['threads']} threads, {row['backend']} | {row['sentences_per_s']:.1f} | | "
+                     f"{row['rss_mb']:.0f} |")  # fmt: skip
+    stubs = section["served_memory"]["stubs_rss_mb"]
     for point in section["served"]:
+        memory = stubs.get(f"{PRECISIONS[point['runtime'].split()[-1]]}_0_0", float("nan"))
         lines.append(f"| {point['runtime']} | {point['load']} | {point['beams']} | {point['clients']} clients | "
-                     f"{point['sentences_per_s']:.1f} | {point['p50_ms']['median']:.0f} | {memory} |")  # fmt: skip
+                     f"{point['sentences_per_s']:.1f} | {point['p50_ms']['median']:.0f} | {memory:.0f} |")  # fmt: skip
+    lines += ["", f"Served memory: the endpoint's engine process (its stub); tritonserver and all four stubs (fp32, "
+              f"int8 and their streaming twins) together: {section['served_memory']['server_group_rss_mb']:.0f} MB. "
+              "CTranslate2: its process after the runs."]  # fmt: skip
     lines += ["", "| served | load | beams | ÷ | ratio |", "|---|---|---|---|---|"]
     for r in section["ratios"]:
         lines.append(f"| {r['served']} | {r['load']} | {r['beams']} | {r['ctranslate2']} "
-                     f"({r['ctranslate2_threads']} threads) | {r['ratio']:.2f} |")  # fmt: skip
+                     f"({r['ctranslate2_setting']}) | {r['ratio']:.2f} |")  # fmt: skip
     return [*lines, ""]

@@ -103,8 +103,13 @@ def imported_model(task: Task, checkpoint: Path, destination: Path) -> Path:
 
 def imported_graphs(task: Task, checkpoint: Path, folder: Path) -> list[Path]:
     """The graphs a front model runs itself that an importer wrote into the checkpoint folder (the engine's step
-    graphs and their int8 twins, or a classifier's encoder.onnx), copied beside the front model."""
-    return [Path(shutil.copy2(path, folder / path.name)) for path in sorted(checkpoint.glob("*.onnx"))]
+    graphs, or a classifier's encoder.onnx), in the endpoint's precision (`*.int8.onnx` for int8), copied beside
+    the front model."""
+    precision = next(e.precision for e in task.endpoints() if e.name == folder.parent.name)
+    graphs = [
+        path for path in sorted(checkpoint.glob("*.onnx")) if path.name.endswith(".int8.onnx") == (precision == "int8")
+    ]
+    return [Path(shutil.copy2(path, folder / path.name)) for path in graphs]
 
 
 def explainer(task: Task, checkpoint: Path, destination: Path) -> Path:

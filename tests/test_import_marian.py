@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -279,3 +280,44 @@ def test_the_server_answers_with_generates_tokens(folders, corpus, imported, tmp
             assert all(answer.strip() for answer in int8)
     finally:
         server.stop()
+
+
+@pytest.mark.export
+def test_the_contract_names_what_a_graph_breaks_and_the_engine_serves_no_more_beams_than_its_top_k(imported, tmp_path):
+    from serving.engine.config import EngineConfig
+    from serving.engine.engine import Engine, Job
+
+    checkpoints, _ = imported
+    folder = tmp_path / "broken"
+    shutil.copytree(checkpoints / "tiny_mt", folder)
+    decoder = onnx.load(str(folder / contract.DECODER_FILE))
+    decoder.graph.input[1].name = "position_ids"
+    onnx.save(decoder, str(folder / contract.DECODER_FILE))
+    (problem,) = contract.check_graphs(folder)
+    assert "position_ids" in problem and "'positions'" in problem
+    assert contract.check_graphs(folder, "int8") == [
+        f"{folder / name} is missing" for name in contract.INT8_FILES.values()
+    ]
+
+    good = checkpoints / "tiny_mt"
+    engine = Engine(good / "encoder.onnx", good / "decoder.onnx", EngineConfig.read(good / "config.json"), 1)
+    assert engine.layout.max_beams == contract.MAX_BEAMS
+    with pytest.raises(ValueError, match=f"num_beams must be between 1 and {contract.MAX_BEAMS}"):
+        engine.submit(Job([5, 3], 8, contract.MAX_BEAMS + 1, lambda tokens, final: None))
+    assert not engine.busy()
+
+
+@pytest.mark.export
+def test_tasks_check_refuses_a_beam_range_the_graphs_do_not_serve(imported, tmp_path):
+    from tasks.__main__ import generation_problems
+
+    checkpoints, tasks = imported
+    version = tmp_path / "repository" / "tiny_mt" / "1"
+    version.mkdir(parents=True)
+    for file in contract.graph_files():
+        shutil.copy2(checkpoints / "tiny_mt" / file, version / file)
+    assert generation_problems(load(tasks / "tiny_mt.toml"), tmp_path / "repository") == []
+    wider = tmp_path / "tiny_mt.toml"
+    wider.write_text((tasks / "tiny_mt.toml").read_text().replace("range = [1, 8]", "range = [1, 12]"))
+    (problem,) = generation_problems(load(wider), tmp_path / "repository")
+    assert "num_beams goes up to 12; the graphs serve 8" in problem
