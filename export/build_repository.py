@@ -28,7 +28,7 @@ STAMP = ".built.json"
 FRONT_MODEL_PY = ROOT / "serving" / "frontends" / "triton_model.py"  # every front model's model.py
 
 
-EXPORTERS = sorted((ROOT / "export").glob("*.py"))  # the code that writes the graphs
+EXPORTERS = sorted((ROOT / "export").rglob("*.py"))  # the code that writes the graphs, in every subpackage
 
 
 def fingerprint(task: Task, source: Path) -> str:

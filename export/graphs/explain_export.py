@@ -34,7 +34,7 @@ import onnx
 import torch
 from torch import Tensor, nn
 
-from export.graphs.seq2seq_export import _export as export_module
+from export.graphs.seq2seq_export import export_module
 from export.model.attention import AttentionRecord
 from export.model.transformer import SentimentClassifier, Seq2Seq
 
