@@ -243,7 +243,7 @@ def test_the_server_answers_with_generates_tokens(folders, corpus, imported, tmp
                 answers = generate(folders[size], texts, beams)
                 expected[name, beams] = [decode(tokens, skip_special_tokens=True) for tokens in answers]
                 distinct = len(set(expected[name, beams]))
-                assert distinct > len(texts) // 2, (name, beams, expected[name, beams][:3])  # not trivial
+                assert distinct > len(texts) // 4, (name, beams, expected[name, beams][:3])  # not trivial
     http, grpc, metrics = free_ports(3)
     options = ServerOptions(model_repository=repository, http_port=http, grpc_port=grpc, metrics_port=metrics)
     server = EmbeddedTriton(options)

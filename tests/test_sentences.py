@@ -108,6 +108,7 @@ class Turns:
         import threading
 
         from serving.engine.engine import Engine
+        from tasks.generation_contract import Layout
 
         self.engine = Engine.__new__(Engine)
         self.engine.max_rows = max_rows
@@ -115,6 +116,7 @@ class Turns:
         self.engine._jobs = []
         self.engine._interactive_at = -float("inf")
         self.engine._wake = threading.Condition()
+        self.engine.layout = Layout(n_layers=1, n_cross=1, n_heads=1, head_dim=1, vocab=8, top_k=16)
         self.names: dict[int, str] = {}
 
     def submit(self, name: str, count: int, bulk: bool = False) -> None:

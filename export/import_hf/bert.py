@@ -358,10 +358,10 @@ def framed_batch(imported: Imported, texts: Sequence[str]) -> dict[str, np.ndarr
 
 def graph_difference(path: Path, imported: Imported) -> float:
     """The largest difference between the graph's probabilities and transformers' on :data:`PROBES`."""
-    import onnxruntime as ort
+    from serving.providers import inference_session
 
     feeds = framed_batch(imported, PROBES)
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    session = inference_session(path)
     (logits,) = session.run(["logits"], feeds)
     with torch.no_grad():
         expected = imported.model(**{k: torch.from_numpy(v) for k, v in feeds.items()}).logits

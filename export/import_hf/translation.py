@@ -110,6 +110,7 @@ def quantize(folder: Path) -> list[Path]:
     import onnxruntime as ort
 
     from export.graphs.step_export import quantize_graph
+    from serving.providers import inference_session
 
     written = []
     for file in contract.graph_files("fp32"):
@@ -117,7 +118,7 @@ def quantize(folder: Path) -> list[Path]:
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
         options.optimized_model_filepath = str(folded)
-        ort.InferenceSession(str(folder / file), options, providers=["CPUExecutionProvider"])
+        inference_session(folder / file, options)
         destination = folder / contract.INT8_FILES[file]
         quantize_graph(folded, destination)
         folded.unlink()
