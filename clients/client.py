@@ -29,7 +29,7 @@ Conventions shared by both clients:
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -38,7 +38,7 @@ from .endpoints import Endpoint, build_inputs, endpoint, endpoints, normalize_te
 from .errors import ClientError, translated_errors
 from .explain import SentimentAttention, TranslationAlignment, explain_endpoint, explain_options
 from .retry import RetryPolicy, call_with_retry, call_with_retry_async
-from .streaming import grpc_stream, http_stream
+from .streaming import grpc_stream, grpc_stream_async, http_stream, http_stream_async
 from .task_definitions import get as get_task
 from .transport import DEFAULT_TIMEOUT_S, normalize_url, transport_for
 
@@ -211,6 +211,12 @@ class AsyncClient(_ClientBase):
     ) -> list[TranslationAlignment] | list[SentimentAttention]:
         """`task`'s answer plus its tokens and attention matrices, one per text ("translate" or "sentiment")."""
         return await self._infer(explain_endpoint(task), texts, explain_options(options))
+
+    def stream(self, task: str, text: str, **options: int | str | None) -> AsyncIterator[str]:
+        """`Client.stream` as an async iterator: ``async for piece in client.stream("translate", text)``.
+        Stopping early leaves the rest of the answer to a task that reads and drops it (never a cancel)."""
+        run = grpc_stream_async if self.protocol == "grpc" else http_stream_async
+        return run(self.url, self.timeout_s, task, text, options)
 
     async def is_ready(self, task: str | None = None) -> bool:
         """Whether the server (and `task`'s model, if named) can take requests; False rather than raise."""

@@ -16,12 +16,13 @@ the whole answer at the end.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import queue
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -55,17 +56,22 @@ def _inputs(text: str, options: Mapping[str, int | str | None], known: Mapping[s
     return tensors
 
 
+def _grpc_inputs(module: Any, text: str, options: Mapping[str, int | str | None], known: Mapping[str, Option]) -> list:
+    inputs = []
+    for name, array in _inputs(text, options, known).items():
+        tensor = module.InferInput(name, list(array.shape), "BYTES" if array.dtype == np.object_ else "INT32")
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    return inputs
+
+
 def grpc_stream(
     url: str, timeout_s: float, task: str, text: str, options: Mapping[str, int | str | None]
 ) -> Iterator[str]:
     import tritonclient.grpc as grpcclient
 
     model, output, known = stream_model(task)
-    inputs = []
-    for name, array in _inputs(text, options, known).items():
-        tensor = grpcclient.InferInput(name, list(array.shape), "BYTES" if array.dtype == np.object_ else "INT32")
-        tensor.set_data_from_numpy(array)
-        inputs.append(tensor)
+    inputs = _grpc_inputs(grpcclient, text, options, known)
     answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
     client = grpcclient.InferenceServerClient(url)
     finished = False
@@ -108,12 +114,103 @@ def _end_stream(client: Any, finished: bool) -> None:
         threading.Thread(target=client.close, name="ropeserve-stream-drain", daemon=True).start()
 
 
-def http_stream(
+async def grpc_stream_async(
     url: str, timeout_s: float, task: str, text: str, options: Mapping[str, int | str | None]
-) -> Iterator[str]:
+) -> AsyncIterator[str]:
+    """:func:`grpc_stream` on asyncio. The request goes out and our side of the stream closes at once: Triton
+    ends the call after the request's last response, which is how the end is seen (tritonclient's asyncio
+    client cannot ask for an empty final response). The responses are read by a task of their own, to the end,
+    whatever the caller does: a caller that stops early or is cancelled never cancels the call, for the reason
+    :func:`_end_stream` gives."""
+    import tritonclient.grpc.aio as grpcaio
+
+    model, output, known = stream_model(task)
+    request = {"model_name": model, "inputs": _grpc_inputs(grpcaio, text, options, known)}
+
+    async def one_request() -> AsyncIterator[dict[str, Any]]:
+        yield request
+
+    client = grpcaio.InferenceServerClient(url)
+    received: asyncio.Queue[tuple[Any, BaseException | None] | None] = asyncio.Queue()
+    with translated_errors(url, timeout_s):
+        responses = client.stream_infer(one_request())
+    reader = asyncio.ensure_future(_read_to_end(client, responses, received))
+    _READING.add(reader)
+    reader.add_done_callback(_READING.discard)
+    while True:
+        try:
+            item = await asyncio.wait_for(received.get(), timeout_s)
+        except TimeoutError:
+            raise ClientError(f"no response from {model} within {timeout_s:g} s", "DEADLINE_EXCEEDED", url) from None
+        if item is None:
+            return
+        result, error = item
+        if error is not None:
+            with translated_errors(url, timeout_s):
+                raise error
+        piece = result.as_numpy(output)
+        if piece is not None and piece.size and piece.reshape(-1)[0]:
+            yield piece.reshape(-1)[0].decode("utf-8")
+
+
+_READING: set[asyncio.Future[None]] = set()  # asyncio keeps only weak references to tasks
+
+
+async def _read_to_end(client: Any, responses: Any, received: asyncio.Queue[Any]) -> None:
+    """Every response of one stream into ``received``, then None; the client closes after the last."""
+    try:
+        async for item in responses:
+            received.put_nowait(item)
+    except Exception as error:  # a transport failure ends the stream: the reader raises it
+        received.put_nowait((None, error))
+    finally:
+        received.put_nowait(None)
+        await client.close()
+
+
+async def http_stream_async(
+    url: str, timeout_s: float, task: str, text: str, options: Mapping[str, int | str | None]
+) -> AsyncIterator[str]:
+    """:func:`http_stream` on asyncio (aiohttp, which tritonclient's asyncio HTTP client already needs)."""
+    import aiohttp
+
+    model, output, body = _http_body(task, text, options)
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s)
+    with translated_errors(url, timeout_s):
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            async with session.post(f"http://{url}/v2/models/{model}/generate_stream", json=body) as response:
+                if response.status != 200:
+                    raise ClientError(_error_text(await response.read()), str(response.status), url)
+                async for line in response.content:
+                    piece = _sse_piece(line, output, url)
+                    if piece:
+                        yield piece
+
+
+def _http_body(task: str, text: str, options: Mapping[str, int | str | None]) -> tuple[str, str, dict[str, Any]]:
+    """(the streaming twin, its text output, the generate_stream JSON body) for one text."""
     model, output, known = stream_model(task)
     body = {name: array.reshape(-1)[0] for name, array in _inputs(text, options, known).items()}
     body = {name: value.decode("utf-8") if isinstance(value, bytes) else int(value) for name, value in body.items()}
+    return model, output, body
+
+
+def _sse_piece(line: bytes, output: str, url: str) -> str | None:
+    """The text of one server-sent event line of generate_stream; None for a line that is not an event."""
+    if not line.startswith(b"data:"):
+        return None
+    event = json.loads(line[len(b"data:") :])
+    if "error" in event:
+        raise ClientError(event["error"], "400", url)
+    if output not in event:
+        raise ClientError(f"a streamed event has no {output}: {event}", BAD_RESPONSE, url)
+    return event[output]
+
+
+def http_stream(
+    url: str, timeout_s: float, task: str, text: str, options: Mapping[str, int | str | None]
+) -> Iterator[str]:
+    model, output, body = _http_body(task, text, options)
     request = urllib.request.Request(
         f"http://{url}/v2/models/{model}/generate_stream",
         data=json.dumps(body).encode("utf-8"),
@@ -129,18 +226,16 @@ def http_stream(
             raise error
     with response:
         for line in response:
-            if not line.startswith(b"data:"):
-                continue
-            event = json.loads(line[len(b"data:") :])
-            if "error" in event:
-                raise ClientError(event["error"], "400", url)
-            if output not in event:
-                raise ClientError(f"a streamed event has no {output}: {event}", BAD_RESPONSE, url)
-            if event[output]:
-                yield event[output]
+            piece = _sse_piece(line, output, url)
+            if piece:
+                yield piece
 
 
 def _error_text(body: bytes) -> str:
+    """The message of an error answer, plain JSON or a server-sent event (``data: {"error": ...}``)."""
+    body = body.strip()
+    if body.startswith(b"data:"):
+        body = body[len(b"data:") :]
     try:
         return json.loads(body)["error"]
     except (ValueError, KeyError, TypeError):

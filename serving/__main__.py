@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .launcher.embedded import EmbeddedTriton, ServerError, ServerOptions
+from .launcher.gateway import Gateway, GatewayError, GatewayOptions
 from .launcher.repository import find_problems
 
 ENV_PREFIX = "ROPESERVE_"
@@ -51,6 +52,14 @@ def build_parser() -> argparse.ArgumentParser:
             default=_env(f"{name.upper()}_PORT", str(port)),
             help=f"{name} port [ROPESERVE_{name.upper()}_PORT]",
         )
+    parser.add_argument(
+        "--gateway-port",
+        type=int,
+        default=_env("GATEWAY_PORT", "5000"),
+        help="port of the gateway beside Triton (DeepL and LibreTranslate APIs, /v1 JSON, the page at /; "
+        "python -m serving.gateway --help); 0 = no gateway. Its keys come from ROPESERVE_GATEWAY_KEYS_FILE "
+        "[ROPESERVE_GATEWAY_PORT]",
+    )
     parser.add_argument(
         "--models",
         default=_env("MODELS", ""),
@@ -126,6 +135,19 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
     )
 
 
+def gateway_options(args: argparse.Namespace) -> GatewayOptions | None:
+    if args.gateway_port == 0:
+        return None
+    return GatewayOptions(triton_grpc=f"127.0.0.1:{args.grpc_port}", host=args.host, port=args.gateway_port)
+
+
+def start_gateway(gateway: Gateway) -> None:
+    gateway.start()
+    print(
+        f"ropeserve: gateway ready  {gateway.url}  (DeepL /v2, LibreTranslate /translate, JSON /v1, page /)", flush=True
+    )
+
+
 def ready_line(server: EmbeddedTriton) -> str:
     addresses = f"HTTP {server.http_url}  gRPC {server.grpc_url}  metrics {server.metrics_url}"
     return f"ropeserve: Triton ready  {addresses}"
@@ -138,7 +160,7 @@ def _say(message: str) -> None:
 RESTART_WINDOW_S = 600
 
 
-def run(options: ServerOptions, max_restarts: int = 5) -> int:
+def run(options: ServerOptions, max_restarts: int = 5, gateway_options: GatewayOptions | None = None) -> int:
     """Serve until interrupted. Exit codes: 0 stopped on request, 1 server failed, 2 repository unusable.
 
     A server that dies on its own (a crash) is started again, up to ``max_restarts`` times in 10 minutes;
@@ -156,6 +178,7 @@ def run(options: ServerOptions, max_restarts: int = 5) -> int:
     # A shell starting us in the background sets SIGINT to "ignore"; Ctrl-C / kill -INT must still stop us.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     server = EmbeddedTriton(options)
+    gateway = Gateway(gateway_options) if gateway_options is not None else None
     restarts: list[float] = []  # when the server was restarted after dying on its own
     try:
         while True:
@@ -167,8 +190,13 @@ def run(options: ServerOptions, max_restarts: int = 5) -> int:
                     + "\n  ".join(f"{name}: {reason}" for name, reason in failed.items())
                 )
             print(ready_line(server), flush=True)
+            if gateway is not None and not gateway.is_alive:
+                start_gateway(gateway)  # after Triton's first start only: through a restart its client retries
             while server.is_alive:
                 time.sleep(0.5)
+                if gateway is not None and not gateway.is_alive:
+                    _say(f"the gateway exited on its own with code {gateway.process.returncode}; restarting it")
+                    start_gateway(gateway)
             code = server.returncode
             server.kill()  # reap its stubs and /dev/shm segments
             now = time.monotonic()
@@ -182,12 +210,14 @@ def run(options: ServerOptions, max_restarts: int = 5) -> int:
             restarts.append(now)
             _say(f"tritonserver exited on its own with code {code}; restarting it ({len(restarts)}/{max_restarts})")
             server = EmbeddedTriton(options)
-    except ServerError as exc:
+    except (ServerError, GatewayError) as exc:
         _say(str(exc))
         return 1
     except KeyboardInterrupt:
         _say(f"stopping (draining up to {options.exit_timeout_s} s; Ctrl-C again to kill now)")
         try:
+            if gateway is not None:
+                gateway.stop(options.exit_timeout_s)  # first: it finishes what it holds while Triton still serves
             code = server.stop()
             _say(f"stopped (tritonserver exit code {code})")
         except KeyboardInterrupt:
@@ -195,12 +225,14 @@ def run(options: ServerOptions, max_restarts: int = 5) -> int:
             _say("killed")
         return 0
     finally:
+        if gateway is not None:
+            gateway.stop(0)
         server.kill()  # no-op after a clean stop; otherwise nothing may outlive us
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return run(options_from_args(args), max_restarts=args.max_restarts)
+    return run(options_from_args(args), max_restarts=args.max_restarts, gateway_options=gateway_options(args))
 
 
 if __name__ == "__main__":

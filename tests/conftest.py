@@ -34,7 +34,17 @@ def triton():
     server.stop()
 
 
-SERVER_FIXTURES = {"triton", "server", "start_server"}
+@pytest.fixture(scope="session")
+def gateway(triton):
+    """The gateway (serving/gateway) in front of the session's Triton, no keys, on a free loopback port."""
+    from serving.launcher.gateway import Gateway, GatewayOptions
+
+    [port] = free_ports(1)
+    with Gateway(GatewayOptions(triton_grpc=triton.grpc_url, port=port)) as running:
+        yield running
+
+
+SERVER_FIXTURES = {"triton", "server", "start_server", "gateway"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -62,7 +62,7 @@ def test_the_gpu_override_switches_image_target_and_devices_only():
     cpu, gpu = resolved()["triton"], resolved(*VARIANTS["gpu"])["triton"]
     assert gpu["build"]["target"] == "gpu" and gpu["image"] != cpu["image"]
     assert gpu["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
-    assert gpu["ports"] == cpu["ports"]
+    assert sorted(gpu["ports"]) == sorted(cpu["ports"])
 
 
 def published(service: dict) -> list[tuple[str, int]]:
@@ -79,7 +79,7 @@ def published(service: dict) -> list[tuple[str, int]]:
 
 def test_ports_are_on_loopback_by_default_and_movable(tmp_path):
     services = resolved(*VARIANTS["grafana+loadtest"])
-    assert published(services["triton"]) == [("127.0.0.1", 8000), ("127.0.0.1", 8001)]
+    assert published(services["triton"]) == [("127.0.0.1", 8000), ("127.0.0.1", 8001), ("127.0.0.1", 5000)]
     assert published(services["prometheus"]) == [("127.0.0.1", 9090)]
     assert published(services["grafana"]) == [("127.0.0.1", 3000)]
     assert not services["locust"].get("ports")

@@ -45,6 +45,7 @@ class Stack:
     http_port: int
     grpc_port: int
     prometheus_port: int
+    gateway_port: int
     report: dict = field(default_factory=dict)
 
     @property
@@ -85,7 +86,7 @@ def stack():
     try:
         started = time.monotonic()
         ensure_base_images(engine, ROOT / "tests" / "compose")
-        http_port, grpc_port, prometheus_port = free_ports(3)
+        http_port, grpc_port, prometheus_port, gateway_port = free_ports(4)
         env = {
             **engine.env,
             "ROPESERVE_BASE_IMAGE": BASE_IMAGE,
@@ -93,8 +94,9 @@ def stack():
             "ROPESERVE_HTTP_PORT": str(http_port),
             "ROPESERVE_GRPC_PORT": str(grpc_port),
             "ROPESERVE_PROMETHEUS_PORT": str(prometheus_port),
+            "ROPESERVE_GATEWAY_PORT": str(gateway_port),
         }
-        stack = Stack(engine, env, http_port, grpc_port, prometheus_port)
+        stack = Stack(engine, env, http_port, grpc_port, prometheus_port, gateway_port)
         if left := leftovers(stack):  # a run that was killed: its data root is ours to clean
             print(f"removing what a killed run left in the engine: {left}")
             stack.docker("rm", "-f", *left.get("containers", []))
@@ -156,6 +158,22 @@ def test_every_endpoint_answers(stack, protocol):
             "今天上午，北京市政府召开新闻发布会，宣布将在全市推广垃圾分类，并设立专项资金支持社区。"
         )[0]
         assert summary.strip()
+
+
+def test_the_gateway_answers_deepl_and_libretranslate_clients(stack):
+    import deepl
+    from libretranslatepy import LibreTranslateAPI
+
+    url = f"http://127.0.0.1:{stack.gateway_port}"
+    deadline = time.monotonic() + 60  # the launcher starts the gateway once Triton is ready
+    while http_status(f"{url}/health") != 200:
+        assert time.monotonic() < deadline, stack.compose("logs", "--tail", "60").stdout
+        time.sleep(0.5)
+    translated = deepl.Translator("any", server_url=url).translate_text("我爱你。", target_lang="EN-US").text
+    assert "love" in translated.lower()
+    assert LibreTranslateAPI(url).translate("我爱你。", "zh", "en") == translated
+    with urllib.request.urlopen(f"{url}/", timeout=10) as page:
+        assert b"<html" in page.read().lower()
 
 
 def tritonserver_pids(stack: Stack, container: str) -> list[str]:

@@ -84,6 +84,10 @@ def prometheus(request, tmp_path):
     (job,) = [j for j in config["scrape_configs"] if j["job_name"] == "triton"]
     assert job["static_configs"][0]["targets"] == ["triton:8002"]  # what compose uses
     job["static_configs"][0]["targets"] = [f"127.0.0.1:{triton.options.metrics_port}"]
+    gateway = request.getfixturevalue("gateway")
+    (job,) = [j for j in config["scrape_configs"] if j["job_name"] == "gateway"]
+    assert job["static_configs"][0]["targets"] == ["triton:5000"]  # the gateway's port in the triton container
+    job["static_configs"][0]["targets"] = [gateway.url.removeprefix("http://")]
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
     (port,) = free_ports(1)
     base = f"http://127.0.0.1:{port}"
@@ -163,6 +167,7 @@ def test_prometheus_sees_inference_rate_and_generated_tokens(prometheus):
             "rate(nv_inference_count) and rate(ropeserve_generated_tokens_total) > 0 in Prometheus",
         )
         assert total(prometheus, 'up{job="triton"}') == 1
+        assert total(prometheus, 'up{job="gateway"}') == 1
         results = {q.expr: query(prometheus, q.expr.replace("$__rate_interval", WINDOW)) for q in dashboard_queries()}
         rules = yaml.safe_load(
             yaml.safe_load((ROOT / "deploy" / "k8s" / "prometheus-adapter-config.yaml").read_text())["data"][

@@ -3,12 +3,14 @@ the second Ctrl-C, each against a real launcher process and its real tritonserve
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -27,10 +29,11 @@ class Launcher:
     """`python -m serving` serving `sentiment`, its output (the launcher's and the server's log) read as it comes."""
 
     def __init__(self, *args: str) -> None:
-        http, grpc, metrics = free_ports(3)
+        http, grpc, metrics, self.gateway_port = free_ports(4)
         command = [sys.executable, "-m", "serving", "--model-repository", str(REPOSITORY)]
         command += ["--models", "sentiment,sentiment_encoder", "--http-port", str(http), "--grpc-port", str(grpc)]
-        command += ["--metrics-port", str(metrics), "--exit-timeout", "10", *args]
+        command += ["--metrics-port", str(metrics), "--gateway-port", str(self.gateway_port), "--exit-timeout", "10"]
+        command += args
         self.process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: list[str] = []
         self.changed = threading.Condition()
@@ -54,6 +57,29 @@ class Launcher:
                 remaining = deadline - time.monotonic()
                 assert remaining > 0, f"no {text!r} (x{count}) within {timeout_s:g} s:\n{''.join(self.lines[-60:])}"
                 self.changed.wait(remaining)
+
+    def gateway_pid(self) -> int:
+        """The launcher's live gateway child."""
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if b"serving.gateway" in cmdline and ppid == self.process.pid:
+                return int(entry)
+        raise AssertionError(f"the launcher has no gateway child:\n{self.output()}")
+
+    def sentiment_over_gateway(self) -> str:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.gateway_port}/v1/sentiment",
+            data=json.dumps({"texts": ["这部电影不差"]}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.load(response)["results"][0]["label"]
 
     def server_pid(self) -> int:
         """The launcher's live tritonserver child."""
@@ -103,10 +129,24 @@ def test_sigterm_drains_and_exits_0():
     launcher = Launcher()
     launcher.wait_for(READY)
     launcher.server_pid()
+    gateway = launcher.gateway_pid()
     launcher.process.send_signal(signal.SIGTERM)
     assert launcher.exit_code(30) == 0
     assert "stopped (tritonserver exit code 0)" in launcher.output()
     assert launcher.nothing_left()
+    assert not Path(f"/proc/{gateway}").exists() or "Z" in Path(f"/proc/{gateway}/stat").read_text().split()[2]
+
+
+def test_the_gateway_beside_triton_answers_and_is_restarted_when_it_dies():
+    launcher = Launcher()
+    launcher.wait_for("ropeserve: gateway ready")
+    assert launcher.sentiment_over_gateway() == "positive"
+    os.kill(launcher.gateway_pid(), signal.SIGKILL)
+    launcher.wait_for("the gateway exited on its own", timeout_s=10)
+    launcher.wait_for("ropeserve: gateway ready", count=2, timeout_s=30)
+    assert launcher.sentiment_over_gateway() == "positive"
+    launcher.process.send_signal(signal.SIGTERM)
+    assert launcher.exit_code(30) == 0
 
 
 def test_a_second_ctrl_c_kills_at_once():

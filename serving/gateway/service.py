@@ -1,0 +1,122 @@
+"""What the routes ask of Triton, in one place: answers, streams and explanations through the SDK's
+`AsyncClient` (gRPC), Triton's errors turned into the gateway's, and the source language guessed."""
+
+from __future__ import annotations
+
+import asyncio
+import unicodedata
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import asdict, is_dataclass
+from typing import Any
+
+from clients import AsyncClient, ClientError, RetryPolicy
+from clients.task_definitions import get as get_task
+from serving.frontends.sentences import split
+
+from .errors import GatewayError, from_client_error
+from .html_text import translate_html
+
+Options = Mapping[str, int | str | None]
+# Sentences of one streamed text decoded at once: the engine batches them, and a long document must not fill
+# the streaming twin's queue (64 requests) alone.
+STREAM_SENTENCES_IN_FLIGHT = 8
+
+
+class Triton:
+    """The models behind the gateway, reached over gRPC. One per app; `close` it at shutdown."""
+
+    def __init__(self, url: str, timeout_s: float) -> None:
+        # Two tries: a restarting server is bridged, an overloaded one answers the client quickly with 503.
+        self.client = AsyncClient(url, protocol="grpc", timeout_s=timeout_s, retry=RetryPolicy(max_attempts=2))
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    async def answers(self, task: str, texts: Sequence[str], options: Options) -> list[Any]:
+        """`task`'s answer per text. Each text is its own request, sent together: a request's row limit
+        (sentences × beams) then bounds one text, not the sum of a list."""
+        try:
+            results = await asyncio.gather(*(self.client.infer(task, [text], **options) for text in texts))
+        except ClientError as error:
+            raise from_client_error(error) from None
+        return [jsonable(result[0]) for result in results]
+
+    async def translate(self, texts: Sequence[str], options: Options, html: bool = False) -> list[str]:
+        if not html:
+            return await self.answers("translate", texts, options)
+
+        async def runs(pieces: Sequence[str]) -> list[str]:
+            return await self.answers("translate", pieces, options)
+
+        return list(await asyncio.gather(*(translate_html(text, runs) for text in texts)))
+
+    async def explain(self, task: str, text: str) -> dict[str, Any]:
+        try:
+            [answer] = await self.client.explain(task, [text])
+        except ClientError as error:
+            raise from_client_error(error) from None
+        return jsonable(answer)
+
+    async def stream(self, task: str, text: str, options: Options) -> AsyncIterator[dict[str, Any]]:
+        """A text's answer as events: ``{"sentences": [...]}`` first (the pieces it is read as), then
+        ``{"sentence": i, "text": ...}`` and ``{"separator": ...}`` in order; their texts and separators joined
+        equal `answers`' answer. A task with a ``split_sentences`` option is split here the way its model
+        splits, and its sentences decoded at once, each streamed by the model; any other text is one piece."""
+        definition = get_task(task)
+        if definition.stream is None:
+            raise GatewayError(404, f"{task} does not stream")
+        splits = any(option.keyword == "split_sentences" for option in definition.options)
+        mode = str(options.get("split_sentences") or "1") if splits else "0"
+        document = split(text, mode) if text.strip() else split(text, "0")
+        yield {"sentences": list(document.pieces)}
+        queues: list[asyncio.Queue[Any]] = [asyncio.Queue() for _ in document.pieces]
+        slots = asyncio.Semaphore(STREAM_SENTENCES_IN_FLIGHT)
+
+        async def decode(i: int) -> None:
+            async with slots:
+                try:
+                    async for piece in self.client.stream(task, document.pieces[i], **options):
+                        queues[i].put_nowait(piece)
+                    queues[i].put_nowait(None)
+                except ClientError as error:
+                    queues[i].put_nowait(from_client_error(error))
+
+        workers = [asyncio.ensure_future(decode(i)) for i in range(len(document.pieces))]
+        try:
+            for i, queue in enumerate(queues):
+                if document.separator(i):
+                    yield {"separator": document.separator(i)}
+                while (item := await queue.get()) is not None:
+                    if isinstance(item, GatewayError):
+                        raise item
+                    yield {"sentence": i, "text": item}
+            if document.separator(len(queues)):
+                yield {"separator": document.separator(len(queues))}
+        finally:
+            for worker in workers:
+                worker.cancel()  # a sentence not started yet is dropped; a started one is read to its end
+
+
+def jsonable(value: Any) -> Any:
+    """An SDK result as JSON: dataclasses as objects, numpy arrays as nested lists."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {name: jsonable(item) for name, item in asdict(value).items()}
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, list | tuple):
+        return [jsonable(item) for item in value]
+    return value
+
+
+def detect_language(text: str) -> list[dict[str, Any]]:
+    """LibreTranslate's ``/detect``: Chinese (the one source language) and English by their share of the
+    text's letters, the likelier first, confidence in percent."""
+    letters = [c for c in text if unicodedata.category(c).startswith("L")]
+    if not letters:
+        return [{"language": "zh", "confidence": 0.0}]
+    han = sum("CJK" in unicodedata.name(c, "") for c in letters)
+    latin = sum("LATIN" in unicodedata.name(c, "") for c in letters)
+    found = [("zh", han), ("en", latin)]
+    found.sort(key=lambda pair: -pair[1])
+    guesses = [{"language": code, "confidence": round(100 * n / len(letters), 1)} for code, n in found if n]
+    return guesses or [{"language": "zh", "confidence": 0.0}]
