@@ -81,6 +81,8 @@ DURATION          ?= 30s
 MIX               ?=
 PARAGRAPHS        ?= 0.2
 PROTOCOLS         ?= grpc,http
+GATEWAY_HOST      ?= http://127.0.0.1:5000
+GATEWAY_KEY       ?=
 MAX_NEW_TOKENS    ?= 0
 NUM_BEAMS         ?= 0
 SPLIT_SENTENCES   ?=
@@ -89,9 +91,10 @@ MAX_P99_MS        ?= 10000
 RESULTS           ?= loadtest/results
 COMPOSE           ?= docker-compose
 
-loadtest: venv  ## locust against a running server (make serve); HOST USERS DURATION MIX PARAGRAPHS MAX_FAILURE_RATIO MAX_P99_MS
+loadtest: venv  ## locust against a running server (make serve); HOST USERS DURATION MIX PROTOCOLS (grpc,http,gateway) GATEWAY_HOST ...
 	$(PY) -m loadtest.run --host "$(HOST)" --grpc-host "$(GRPC_HOST)" --users $(USERS) --spawn-rate $(SPAWN_RATE) \
 	  --duration $(DURATION) $(if $(MIX),--mix "$(MIX)") --protocols "$(PROTOCOLS)" --data-dir "$(DATA_DIR)" \
+	  --gateway-host "$(GATEWAY_HOST)" $(if $(GATEWAY_KEY),--gateway-key "$(GATEWAY_KEY)") \
 	  --paragraphs $(PARAGRAPHS) --max-new-tokens $(MAX_NEW_TOKENS) --num-beams $(NUM_BEAMS) \
 	  $(if $(SPLIT_SENTENCES),--split-sentences "$(SPLIT_SENTENCES)") --max-failure-ratio $(MAX_FAILURE_RATIO) \
 	  --max-p99-ms $(MAX_P99_MS) --results-dir "$(RESULTS)"

@@ -62,6 +62,13 @@ USES = (
         "it joins the load test's built-in sentences",
     ),
     Use(
+        "gateway",
+        "translate_test",
+        "Tatoeba test sentences, one a request",
+        "it uses the load test's built-in sentences",
+    ),
+    Use("gateway", "sentiment", "reviews from the sentiment test split", "it sends the load test's built-in reviews"),
+    Use(
         "serving",
         "sentiment",
         "request texts from the sentiment test split",

@@ -7,6 +7,7 @@ for HTTP). Modules are imported on first use so a gRPC user never loads gevent, 
 
 from __future__ import annotations
 
+import functools
 import importlib
 from dataclasses import dataclass
 from types import ModuleType
@@ -27,6 +28,7 @@ class Transport:
     async_timeout_kwargs: tuple[str, ...]
     timeout_per_call: str | None  # keyword of infer()/is_server_ready() that takes seconds, if any
 
+    @functools.cache  # noqa: B019 - a handful of frozen instances; every request asks
     def module(self, asynchronous: bool) -> ModuleType:
         return importlib.import_module(self.async_module if asynchronous else self.sync_module)
 

@@ -59,6 +59,7 @@ from loadtest.texts import options as task_options  # noqa: E402
 from tasks.definition import registry  # noqa: E402
 
 SETTINGS: dict[str, Any] = {}
+GATEWAY = "gateway"  # the request type of GatewayUser's requests in locust's stats
 SENT: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])  # (type, name) -> [requests, sentences]
 SENTENCES_SUFFIX = "_sentences.json"  # beside locust's CSV files: sentences per request name (loadtest/report.py)
 STREAMS_SUFFIX = "_streams.json"  # beside locust's CSV files: each streamed answer's timings (loadtest/report.py)
@@ -79,6 +80,8 @@ def output_of(endpoint: str) -> str:
 def _add_arguments(parser: Any) -> None:
     group = parser.add_argument_group("ropeserve")
     group.add_argument("--grpc-host", default="127.0.0.1:8001", help="Triton gRPC address host:port")
+    group.add_argument("--gateway-host", default="http://127.0.0.1:5000", help="the gateway's URL (GatewayUser)")
+    group.add_argument("--gateway-key", default="", help="API key for the gateway, if it asks for one")
     group.add_argument("--mix", default=default_mix(), help="endpoint weights")
     group.add_argument("--data-dir", default="", help="data directory with the test sets (else built-in texts)")
     group.add_argument(
@@ -101,6 +104,8 @@ def _configure(environment: Any, **_: Any) -> None:
     SETTINGS.update(
         picker=Picker(texts, weights, options.paragraphs),
         grpc_host=options.grpc_host,
+        gateway_host=options.gateway_host,
+        gateway_key=options.gateway_key,
         option_values={keyword: getattr(options, keyword) for keyword in task_options()},
         timeout=options.request_timeout,
     )
@@ -378,5 +383,71 @@ class HttpTritonUser(HttpUser):
                 clock.record("POST", request.name)
             finally:
                 response.close()
+                response.request_meta["response_time"] = clock.whole_ms()
+                response.request_meta["response_length"] = clock.length
+
+
+class GatewayUser(HttpUser):
+    """The gateway's routes (serving/gateway) as the apps that use them call them: `translate` through DeepL's
+    ``POST /v2/translate`` (its other options left to the server: DeepL has no beams), the other tasks through
+    ``POST /v1/<task>`` with their options, a streaming twin through ``POST /v1/<task>/stream`` (server-sent
+    events, timed as the Triton streams are). Its requests are of type ``gateway`` under the endpoint's name."""
+
+    wait_time = constant(0)
+
+    def on_start(self) -> None:
+        self.client.base_url = SETTINGS["gateway_host"]
+        if SETTINGS["gateway_key"]:
+            self.client.headers["Authorization"] = f"Bearer {SETTINGS['gateway_key']}"
+
+    @task
+    def infer(self) -> None:
+        request = _pick(GATEWAY)
+        name = task_of(request.endpoint)
+        if is_stream(request.endpoint):
+            self.stream(request, name)
+            return
+        if name == "translate":
+            route, body, answers = "/v2/translate", {"text": [request.text], "target_lang": "EN-US"}, "translations"
+        else:
+            route, body = f"/v1/{name}", {"texts": [request.text], **keywords_for(name, SETTINGS["option_values"])}
+            answers = "results"
+        with self.client.post(
+            route, json=body, name=request.name, timeout=SETTINGS["timeout"], catch_response=True
+        ) as response:
+            response.request_meta["request_type"] = GATEWAY
+            if response.status_code != 200:
+                response.failure(f"HTTP {response.status_code}: {response.text[:200]}")
+            elif len((response.json() or {}).get(answers, [])) != 1:
+                response.failure(f"{route}: expected 1 answer in {answers!r}, got {response.text[:200]}")
+
+    def stream(self, request: Request, name: str) -> None:
+        route = f"/v1/{name}/stream"
+        body = {"text": request.text, **keywords_for(name, SETTINGS["option_values"])}
+        clock = PieceClock()
+        with self.client.post(
+            route, json=body, name=request.name, timeout=SETTINGS["timeout"], stream=True, catch_response=True
+        ) as response:
+            try:
+                if response.status_code != 200:
+                    raise ValueError(f"HTTP {response.status_code}: {response.text[:200]}")
+                event_name = ""
+                for line in response.iter_lines(chunk_size=None):
+                    if line.startswith(b"event:"):
+                        event_name = line[len(b"event:") :].strip().decode()
+                    elif line.startswith(b"data:"):
+                        event = json.loads(line[len(b"data:") :])
+                        if event_name == "error":
+                            raise ValueError(f"{route}: {event.get('error')}")
+                        clock.piece(event.get("text", ""))
+                        event_name = ""
+                clock.finish()
+            except Exception as err:  # noqa: BLE001 - a broken stream fails the request
+                response.failure(str(err)[:300] or repr(err))
+            else:
+                clock.record(GATEWAY, request.name)
+            finally:
+                response.close()
+                response.request_meta["request_type"] = GATEWAY
                 response.request_meta["response_time"] = clock.whole_ms()
                 response.request_meta["response_length"] = clock.length

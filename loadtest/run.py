@@ -35,7 +35,7 @@ from loadtest.texts import (
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
-USER_CLASSES = {"grpc": "GrpcTritonUser", "http": "HttpTritonUser"}
+USER_CLASSES = {"grpc": "GrpcTritonUser", "http": "HttpTritonUser", "gateway": "GatewayUser"}
 PREFIX = "locust"
 
 
@@ -72,7 +72,14 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"share of the {', '.join(paragraph_endpoints())} requests that send a paragraph of 4-8 test sentences"
         " joined, reported as '<endpoint> (paragraph)'; 0: single texts only (default: %(default)s)",
     )
-    p.add_argument("--protocols", default="grpc,http", help="grpc, http or both (users split evenly)")
+    p.add_argument(
+        "--protocols",
+        default="grpc,http",
+        help="grpc, http and/or gateway (the gateway's routes: DeepL /v2/translate for translate, /v1/<task> and "
+        "/v1/<task>/stream for the others; users split evenly)",
+    )
+    p.add_argument("--gateway-host", default="http://127.0.0.1:5000", help="the gateway's URL (default: %(default)s)")
+    p.add_argument("--gateway-key", default="", help="API key for the gateway, if it asks for one")
     p.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"), help="test sets (else built-in)")
     add_option_flags(p)
     p.add_argument("--max-failure-ratio", type=float, default=0.01, help="fail above this (default: %(default)s)")
@@ -101,7 +108,7 @@ def locust_command(args: argparse.Namespace, out_dir: Path) -> list[str]:
     protocols = [p.strip() for p in args.protocols.split(",") if p.strip()]
     unknown = sorted(set(protocols) - set(USER_CLASSES))
     if unknown or not protocols:
-        raise SystemExit(f"--protocols must name grpc and/or http, got {args.protocols!r}")
+        raise SystemExit(f"--protocols must name grpc, http and/or gateway, got {args.protocols!r}")
     grpc_host = args.grpc_host or default_grpc_host(args.host)
     return [
         sys.executable,
@@ -122,6 +129,9 @@ def locust_command(args: argparse.Namespace, out_dir: Path) -> list[str]:
         args.host,
         "--grpc-host",
         grpc_host,
+        "--gateway-host",
+        args.gateway_host,
+        *(["--gateway-key", args.gateway_key] if args.gateway_key else []),
         "--mix",
         args.mix,
         "--data-dir",

@@ -165,6 +165,12 @@ def test_smoke_run_writes_results(tmp_path, fake_data_dir):
     assert fairness["documents"]["requests"] > 0
     assert fairness["loaded"]["errors"] == 0, fairness["loaded"].get("first_error")
 
+    gateway = results["gateway"]  # the same requests through the gateway and straight over gRPC, paired
+    assert len(gateway["bars"]) == 4 and all(c in results["checks"] for c in gateway["bars"])
+    assert {p["side"] for p in gateway["points"]} >= {"straight over gRPC", "gateway /v2/translate"}
+    for point in gateway["points"]:
+        assert point["errors"]["median"] == 0 and _finite_positive(point["throughput"]["median"])
+
     markdown = (tmp_path / "smoke.md").read_text(encoding="utf-8")
     headings = (
         "## 1. Model runtime",
@@ -173,6 +179,7 @@ def test_smoke_run_writes_results(tmp_path, fake_data_dir):
         "## 5. Ceiling",
         "## 6. Translation",
         "## 7. Documents",
+        "## Gateway (DeepL / JSON over HTTP) against straight gRPC",
     )
     for heading in (*headings, "**Where the time goes", "**Where the CPU goes", "## Bars"):
         assert heading in markdown

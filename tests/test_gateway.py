@@ -4,6 +4,7 @@ limits and metrics. Answers are compared with the SDK's straight over gRPC: the 
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import subprocess
 import sys
@@ -209,6 +210,18 @@ def test_v1_routes_answer_as_the_sdk_and_refuse_bad_options(gateway, sdk):
     assert status == 400 and "num_beam" in body["detail"]  # a misspelt option is refused, not ignored
     status, _, schema = call(f"{gateway.url}/openapi.json")
     assert {"/v2/translate", "/translate", "/v1/translate", "/v1/translate/stream"} <= set(schema["paths"])
+
+
+def test_coalesced_requests_fail_alone(gateway):
+    """Concurrent /v1/sentiment requests travel to Triton together; one with an empty text fails by itself."""
+    texts = ["这部电影不差", "服务一点也不好", "", "味道不错，送得快"] * 6
+    with concurrent.futures.ThreadPoolExecutor(len(texts)) as pool:
+        answers = list(pool.map(lambda t: call(f"{gateway.url}/v1/sentiment", {"texts": [t]}), texts))
+    for text, (status, _, body) in zip(texts, answers):
+        if text:
+            assert status == 200 and body["results"][0]["label"] in ("positive", "negative")
+        else:
+            assert status == 400 and "empty" in body["detail"]
 
 
 def stream_events(url: str, body: dict) -> list[tuple[str, dict]]:

@@ -6,11 +6,12 @@ import csv
 import json
 import re
 import subprocess
+import urllib.request
 from functools import partial
 from pathlib import Path
 
 import pytest
-from prometheus_text import metric_sum, settled
+from prometheus_text import metric_sum, metric_values, settled
 
 from loadtest.report import Row, compare, judge, stream_table, table, write_report
 from loadtest.run import build_parser, locust_command
@@ -138,6 +139,28 @@ def test_make_loadtest_streams_the_twins_over_both_protocols(triton, tmp_path):
     paragraphs = any(name.endswith("(paragraph)") for _, name in rows)  # their own panel
     assert height == 325 * (2 + paragraphs + 1), height  # and one of the streams' first piece and whole answer
     print(run.stdout)
+
+
+def test_make_loadtest_targets_the_gateway_routes(triton, gateway, tmp_path):
+    """PROTOCOLS=gateway: DeepL's /v2/translate, /v1/<task> and /v1/<task>/stream, under the endpoints' names."""
+    mix = "translate:1,sentiment:1,summarize:1,translate_stream:1"
+    run = make_loadtest(
+        triton, tmp_path, 120, DURATION="6s", MIX=mix, PROTOCOLS="gateway", GATEWAY_HOST=gateway.url,
+        MAX_FAILURE_RATIO="0", MAX_P99_MS="60000",
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    (out,) = list(tmp_path.iterdir())
+    with open(out / "locust_stats.csv", newline="") as f:
+        rows = {(r["Type"], r["Name"]): r for r in csv.DictReader(f)}
+    for name in ("translate", "sentiment", "summarize", "translate_stream"):
+        assert int(rows[("gateway", name)]["Request Count"]) > 0, sorted(rows)
+    assert int(rows[("", "Aggregated")]["Failure Count"]) == 0
+    streams = json.loads((out / "locust_streams.json").read_text())
+    [timed] = [r["samples"] for r in streams["rows"] if (r["type"], r["name"]) == ("gateway", "translate_stream")]
+    assert timed and all(0 < s[1] <= s[3] for s in timed)
+    with urllib.request.urlopen(f"{gateway.url}/metrics", timeout=10) as response:
+        metrics = response.read().decode()
+    assert metric_values(metrics, "ropeserve_gateway_requests_total", route="/v2/translate", status="200")
 
 
 def test_make_loadtest_fails_when_p99_is_over_the_limit(triton, tmp_path):

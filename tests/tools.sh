@@ -3,8 +3,8 @@
 # (the metrics tests scrape with it), and for the compose test a Docker engine (docker.io, iptables),
 # docker-compose and mmdebstrap (which builds the stand-in base image: no image registry is reachable here).
 set -euo pipefail
-tools=(prometheus docker-compose dockerd iptables-save mmdebstrap)
-packages="prometheus docker-compose docker.io iptables mmdebstrap"
+tools=(prometheus docker-compose dockerd iptables-save mmdebstrap chromium chromedriver)
+packages="prometheus docker-compose docker.io iptables mmdebstrap chromium chromium-driver"
 missing=()
 for tool in "${tools[@]}"; do command -v "$tool" >/dev/null || missing+=("$tool"); done
 [ ${#missing[@]} -eq 0 ] && exit 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import unicodedata
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, is_dataclass
 from typing import Any
 
@@ -17,6 +17,11 @@ from .errors import GatewayError, from_client_error
 from .html_text import translate_html
 
 Options = Mapping[str, int | str | None]
+# Requests of one task with the same options that wait together go to Triton as one request, up to this many
+# rows, while this many of that task's requests are in flight (below, every request goes at once): under load one
+# gRPC call then carries many texts, which saves the gateway's and Triton's per-request work.
+COALESCE_ROWS = 64
+COALESCE_IN_FLIGHT = 4
 # Sentences of one streamed text decoded at once: the engine batches them, and a long document must not fill
 # the streaming twin's queue (64 requests) alone.
 STREAM_SENTENCES_IN_FLIGHT = 8
@@ -28,18 +33,25 @@ class Triton:
     def __init__(self, url: str, timeout_s: float) -> None:
         # Two tries: a restarting server is bridged, an overloaded one answers the client quickly with 503.
         self.client = AsyncClient(url, protocol="grpc", timeout_s=timeout_s, retry=RetryPolicy(max_attempts=2))
+        self._coalescers: dict[tuple[str, tuple[tuple[str, Any], ...]], Coalescer] = {}
 
     async def close(self) -> None:
         await self.client.close()
 
     async def answers(self, task: str, texts: Sequence[str], options: Options) -> list[Any]:
-        """`task`'s answer per text. Each text is its own request, sent together: a request's row limit
-        (sentences × beams) then bounds one text, not the sum of a list."""
+        """`task`'s answer per text. A generation task (one with ``max_new_tokens``) gets each text as its own
+        request, sent together: Triton answers a request when its slowest text is done, and a request's row limit
+        (sentences × beams) then bounds one text. Other tasks, whose texts cost about the same, are coalesced."""
         try:
-            results = await asyncio.gather(*(self.client.infer(task, [text], **options) for text in texts))
+            if any(option.keyword == "max_new_tokens" for option in get_task(task).options):
+                results = await asyncio.gather(*(self.client.infer(task, [text], **options) for text in texts))
+                return [jsonable(result[0]) for result in results]
+            key = (task, tuple(sorted(options.items())))
+            if key not in self._coalescers:
+                self._coalescers[key] = Coalescer(lambda batch: self.client.infer(task, batch, **options))
+            return [jsonable(result) for result in await self._coalescers[key].answer(list(texts))]
         except ClientError as error:
             raise from_client_error(error) from None
-        return [jsonable(result[0]) for result in results]
 
     async def translate(self, texts: Sequence[str], options: Options, html: bool = False) -> list[str]:
         if not html:
@@ -95,6 +107,62 @@ class Triton:
         finally:
             for worker in workers:
                 worker.cancel()  # a sentence not started yet is dropped; a started one is read to its end
+
+
+class Coalescer:
+    """One task's requests, sent as they come while few are in flight, else gathered until one returns."""
+
+    def __init__(self, send: Callable[[list[str]], Awaitable[list[Any]]]) -> None:
+        self._send = send
+        self._waiting: list[tuple[list[str], asyncio.Future[list[Any]]]] = []
+        self._in_flight = 0
+
+    async def answer(self, texts: list[str]) -> list[Any]:
+        future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        self._waiting.append((texts, future))
+        if self._in_flight < COALESCE_IN_FLIGHT:
+            self._dispatch()
+        return await future
+
+    def _dispatch(self) -> None:
+        batch: list[tuple[list[str], asyncio.Future[list[Any]]]] = []
+        rows = 0
+        while self._waiting and (not batch or rows + len(self._waiting[0][0]) <= COALESCE_ROWS):
+            texts, future = self._waiting.pop(0)
+            batch.append((texts, future))
+            rows += len(texts)
+        if batch:
+            self._in_flight += 1
+            _SENDING.add(task := asyncio.ensure_future(self._run(batch)))
+            task.add_done_callback(_SENDING.discard)
+
+    async def _run(self, batch: list[tuple[list[str], asyncio.Future[list[Any]]]]) -> None:
+        try:
+            await self._answer(batch)
+        finally:
+            self._in_flight -= 1
+            self._dispatch()
+
+    async def _answer(self, batch: list[tuple[list[str], asyncio.Future[list[Any]]]]) -> None:
+        try:
+            results = await self._send([text for texts, _ in batch for text in texts])
+        except Exception as error:  # every waiting client gets the failure; none waits forever
+            if len(batch) > 1 and isinstance(error, ClientError) and from_client_error(error).status == 400:
+                # one request's bad text refused them all: each again alone, so only that one fails
+                await asyncio.gather(*(self._answer([request]) for request in batch))
+                return
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(error)
+            return
+        start = 0
+        for texts, future in batch:
+            if not future.done():  # its client may have gone
+                future.set_result(results[start : start + len(texts)])
+            start += len(texts)
+
+
+_SENDING: set[asyncio.Future[None]] = set()  # asyncio keeps only weak references to tasks
 
 
 def jsonable(value: Any) -> Any:

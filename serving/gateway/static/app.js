@@ -75,18 +75,27 @@
     return `${message || response.statusText || "request failed"} (HTTP ${response.status})`;
   }
 
+  const isAbort = (error) => error && error.name === "AbortError";
+
+  /** POST `body` as JSON; a network failure (not an HTTP error status) says so. */
+  async function send(path, body, signal) {
+    try {
+      return await fetch(path, { method: "POST", headers: headers(), body: JSON.stringify(body), signal });
+    } catch (error) {
+      if (isAbort(error)) throw error;
+      throw new Error(`could not reach the gateway (${error.message})`);
+    }
+  }
+
   async function postJSON(path, body, signal) {
-    const response = await fetch(path, { method: "POST", headers: headers(), body: JSON.stringify(body), signal });
+    const response = await send(path, body, signal);
     if (!response.ok) throw new Error(await failure(response));
     return response.json();
   }
 
   function describe(error) {
-    if (error instanceof TypeError) return `could not reach the gateway (${error.message})`;
     return error && error.message ? error.message : String(error);
   }
-
-  const isAbort = (error) => error && error.name === "AbortError";
 
   // ---- errors ----------------------------------------------------------------------------------------------
 
@@ -170,6 +179,7 @@
 
   let run = null; // the AbortController of the texts being worked on; a new submit aborts the last
   let sources = []; // source sentence i of the current translation
+  let explaining = null; // the AbortController of the alignment being fetched
 
   async function translate(text, numBeams, signal) {
     translation.dataset.state = "streaming";
@@ -202,15 +212,12 @@
     const finishUpTo = (i) => {
       for (let j = 0; j < i && j < spans.length; j++) spans[j]?.classList.remove("pending");
       finished = Math.max(finished, i);
-      if (sources.length > 1) progress.textContent = `${Math.min(finished, sources.length)} / ${sources.length} sentences`;
+      if (sources.length > 1) {
+        progress.textContent = `${Math.min(finished, sources.length)} / ${sources.length} sentences`;
+      }
     };
     try {
-      const response = await fetch("/v1/translate/stream", {
-        method: "POST",
-        headers: headers(),
-        body: JSON.stringify({ text, num_beams: numBeams }),
-        signal,
-      });
+      const response = await send("/v1/translate/stream", { text, num_beams: numBeams }, signal);
       if (!response.ok) throw new Error(await failure(response));
       let ended = false;
       for await (const { event, data } of serverSentEvents(response)) {
@@ -266,7 +273,7 @@
         "aria-valuenow": String(percent),
         "aria-label": `confidence ${percent}%`,
       });
-      const fill = element("div", { className: "fill" });
+      const fill = element("div", { className: `fill ${label}` });
       fill.style.width = `${percent}%`;
       bar.append(fill);
       sentiment.replaceChildren(
@@ -304,11 +311,14 @@
 
   function submit() {
     const text = source.value;
+    updateCount();
     run?.abort();
+    explaining?.abort();
     run = null;
     clearErrors();
+    for (const node of [translation, sentiment, summary]) busy(node, false);
+    if (translation.dataset.state === "streaming") translation.dataset.state = "idle";
     if (!text.trim()) {
-      translation.dataset.state = "error";
       showError("Nothing to translate", "paste or type some Chinese text first.");
       source.focus();
       return;
@@ -328,8 +338,6 @@
   }
 
   // ---- alignment: the last layer's cross-attention of one sentence ----------------------------------------
-
-  let explaining = null;
 
   async function explain(index, span) {
     const text = sources[index];
@@ -374,15 +382,18 @@
     );
     const strongest = weights.map((row) => row.reduce((best, w, j) => (w > row[best] ? j : best), 0));
 
-    const table = element("table", { className: "heatmap" });
-    table.append(
-      element(
-        "caption",
-        {},
-        `Cross-attention of the decoder's last layer (${layers.length} of ${layers.length}): ` +
-          "each row is a target token, each column a source token, darker is more weight.",
-      ),
-    );
+    const legend = element("p", {
+      className: "legend",
+      id: "alignment-legend",
+      text:
+        `Cross-attention of the decoder's last layer (${layers.length} of ${layers.length}), averaged over heads: ` +
+        "a row per English token, a column per Chinese token; darker is more weight, outlined is the row's strongest.",
+    });
+    const table = element("table", {
+      className: "heatmap",
+      "aria-label": `attention of ${english} over ${text}`,
+      "aria-describedby": "alignment-legend",
+    });
     const head = element("tr", {}, element("th", { scope: "col", className: "corner", text: "target ＼ source" }));
     for (const token of sourceTokens) head.append(element("th", { scope: "col", lang: "zh", text: token }));
     table.append(element("thead", {}, head));
@@ -398,7 +409,6 @@
           "data-weight": value,
         });
         td.style.setProperty("--w", shade.toFixed(3));
-        if (shade > 0.55) td.classList.add("dark");
         if (strongest[t] === s) td.classList.add("strongest");
         tr.append(td);
       });
@@ -406,7 +416,7 @@
     });
     table.append(body);
 
-    const pairs = element("ul", { className: "pairs", "aria-label": "the source token each target token attended to most" });
+    const pairs = element("ol", { className: "pairs", "aria-labelledby": "pairs-title" });
     strongest.forEach((s, t) => {
       pairs.append(
         element(
@@ -418,12 +428,15 @@
         ),
       );
     });
-    return [
-      title,
-      element("div", { className: "scroll" }, table),
-      element("p", { className: "caption-lead", text: "Attended to most, token by token:" }),
+    const attendedMost = element(
+      "div",
+      { className: "attended" },
+      element("p", { className: "caption-lead", id: "pairs-title", text: "Attended to most" }),
       pairs,
-    ];
+    );
+    const scroll = element("div", { className: "scroll" }, table);
+    const grid = element("div", { className: "alignment-grid" }, scroll, attendedMost);
+    return [title, legend, grid];
   }
 
   // ---- wiring ----------------------------------------------------------------------------------------------
@@ -435,6 +448,7 @@
   apiKey.value = storedKey();
   apiKey.addEventListener("input", () => storeKey(apiKey.value.trim()));
   source.addEventListener("input", updateCount);
+  source.addEventListener("change", updateCount);
   source.addEventListener("keydown", (event) => {
     if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
       event.preventDefault();
