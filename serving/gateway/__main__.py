@@ -25,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m serving.gateway",
         description="DeepL API v2 (/v2/translate), LibreTranslate (/translate) and plain JSON (/v1/<task>) in "
         "front of the ropeserve models on Triton, with API keys, quotas, Prometheus metrics (/metrics) and a "
-        "page to try it (/). The OpenAPI schema is at /docs.",
+        "page to try it (/). The OpenAPI schema is at /openapi.json.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--host", default=_env("HOST", "127.0.0.1"), help="address to bind [ROPESERVE_GATEWAY_HOST]")

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from . import html_text
 from .errors import GatewayError
@@ -35,11 +36,9 @@ _REFUSED = {
     "style_id": "style rules are not supported",
 }
 
-router = APIRouter(prefix="/v2", tags=["DeepL API v2"])
 
-
-@router.post("/translate", summary="Translate texts (DeepL API v2)")
 async def translate(request: Request) -> JSONResponse:
+    """Translate texts (DeepL API v2)."""
     fields = await read_fields(request)
     state = state_of(request)
     account = state.authenticate(request, fields)
@@ -86,9 +85,8 @@ def _check_options(fields: Fields) -> bool:
     return tag_handling == "html"
 
 
-@router.get("/languages", summary="Source or target languages (DeepL API v2)", operation_id="deepl_languages")
-@router.post("/languages", include_in_schema=False)
 async def languages(request: Request) -> JSONResponse:
+    """Source or target languages (DeepL API v2)."""
     fields = await read_fields(request)
     state_of(request).authenticate(request, fields)
     kind = str(fields.get("type", "source")).lower()
@@ -97,10 +95,16 @@ async def languages(request: Request) -> JSONResponse:
     return JSONResponse(SOURCE_LANGUAGES if kind == "source" else TARGET_LANGUAGES)
 
 
-@router.get("/usage", summary="Characters used by this key (DeepL API v2)", operation_id="deepl_usage")
-@router.post("/usage", include_in_schema=False)
 async def usage(request: Request) -> JSONResponse:
+    """Characters used by this key, and its limit (DeepL API v2)."""
     fields = await read_fields(request)
     account = state_of(request).authenticate(request, fields)
     limit = UNLIMITED_CHARACTERS if account.character_limit is None else account.character_limit
     return JSONResponse({"character_count": account.characters, "character_limit": limit})
+
+
+routes = [
+    Route("/v2/translate", translate, methods=["POST"], name="deepl_translate"),
+    Route("/v2/languages", languages, methods=["GET", "POST"], name="deepl_languages"),
+    Route("/v2/usage", usage, methods=["GET", "POST"], name="deepl_usage"),
+]

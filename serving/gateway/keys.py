@@ -56,7 +56,7 @@ class Account:
         if self.requests_per_minute is None:
             return
         rate_per_s = self.requests_per_minute / 60
-        self.tokens = min(self.requests_per_minute, self.tokens + (now - self.refilled_at) * rate_per_s)
+        self.tokens = min(self.requests_per_minute, self.tokens + max(0.0, now - self.refilled_at) * rate_per_s)
         self.refilled_at = now
         if self.tokens < 1:
             wait_s = math.ceil((1 - self.tokens) / rate_per_s)

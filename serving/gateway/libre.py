@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from . import html_text
 from .errors import GatewayError
@@ -21,11 +22,9 @@ LANGUAGES = [
 ]
 _SOURCES = {"zh", "zh-hans", "zh-cn", "auto"}
 
-router = APIRouter(tags=["LibreTranslate"])
 
-
-@router.post("/translate", summary="Translate a text or a list of texts (LibreTranslate)")
 async def translate(request: Request) -> JSONResponse:
+    """Translate a text or a list of texts (LibreTranslate)."""
     fields = await read_fields(request)
     state = state_of(request)
     account = state.authenticate(request, fields)
@@ -52,15 +51,22 @@ async def translate(request: Request) -> JSONResponse:
     return JSONResponse(body)
 
 
-@router.get("/languages", summary="Languages and their targets (LibreTranslate)")
 async def languages(request: Request) -> JSONResponse:
+    """Languages and their targets (LibreTranslate)."""
     state_of(request).authenticate(request, await read_fields(request))
     return JSONResponse(LANGUAGES)
 
 
-@router.post("/detect", summary="Guess a text's language (LibreTranslate)")
 async def detect(request: Request) -> JSONResponse:
+    """Guess a text's language (LibreTranslate)."""
     fields = await read_fields(request)
     state_of(request).authenticate(request, fields)
     [text], _ = texts_field(fields, "q", 1)
     return JSONResponse(detect_language(text))
+
+
+routes = [
+    Route("/translate", translate, methods=["POST"], name="libre_translate"),
+    Route("/languages", languages, methods=["GET"], name="libre_languages"),
+    Route("/detect", detect, methods=["POST"], name="libre_detect"),
+]

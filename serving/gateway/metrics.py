@@ -4,12 +4,10 @@ and key id (never the key). Triton's own metrics stay on Triton's port."""
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -35,7 +33,7 @@ class GatewayMetrics:
             "ropeserve_gateway_characters", "source characters served, by key id", ["key"], registry=self.registry
         )
 
-    def endpoint(self, request: Request) -> Response:
+    async def endpoint(self, request: Request) -> Response:
         return Response(generate_latest(self.registry), media_type=CONTENT_TYPE)
 
 
@@ -43,9 +41,10 @@ class MetricsMiddleware:
     """Counts every answer (errors included) under its route template; the key id comes from the handler
     through ``scope["state"]``."""
 
-    def __init__(self, app: ASGIApp, metrics: GatewayMetrics) -> None:
+    def __init__(self, app: ASGIApp, metrics: GatewayMetrics, templates: dict[object, str]) -> None:
         self.app = app
         self.metrics = metrics
+        self.templates = templates  # endpoint -> its route's path template
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -58,25 +57,16 @@ class MetricsMiddleware:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                self.metrics.seconds.labels(route_of(scope)).observe(time.perf_counter() - started)
+                self.metrics.seconds.labels(self.route_of(scope)).observe(time.perf_counter() - started)
             await send(message)
 
         try:
             await self.app(scope, receive, counting_send)
         finally:
             key = scope.get("state", {}).get("key_id", "")
-            self.metrics.requests.labels(route_of(scope), str(status), key).inc()
+            self.metrics.requests.labels(self.route_of(scope), str(status), key).inc()
 
-
-def route_of(scope: Scope) -> str:
-    """The template of the route that matches (``/v1/{task}``), or "other": raw paths would let any client
-    create a new time series per request."""
-    matched = scope.get("route")  # set by FastAPI's router once a route matched
-    if matched is not None:
-        return getattr(matched, "path", "other")
-    app: Any = scope.get("app")
-    for route in getattr(getattr(app, "router", None), "routes", ()):
-        match, _ = route.matches(scope)
-        if match is Match.FULL:
-            return getattr(route, "path", "other")
-    return "other"
+    def route_of(self, scope: Scope) -> str:
+        """The template of the route that matched (``/v1/translate``), or "other": raw paths would let any client
+        create a new time series per request."""
+        return self.templates.get(scope.get("endpoint"), "other")

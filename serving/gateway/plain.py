@@ -8,16 +8,19 @@
 - ``POST /v1/explain/<task>`` ``{"text": ...}`` → the answer with its tokens and attention matrices.
 
 The key goes in ``Authorization: Bearer <key>``. Options have the task's types, ranges and defaults, and the
-OpenAPI schema (``/openapi.json``, ``/docs``) shows them.
+OpenAPI schema (``/openapi.json``) shows them.
 """
+
+from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
-from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
 
 from clients.explain import DECODERS as EXPLAINED
 from clients.task_definitions import Option, Task, registry
@@ -30,82 +33,83 @@ MAX_TEXT_CHARACTERS = 10_000
 
 
 def _option_field(option: Option) -> tuple[Any, Any]:
+    described = f"{option.help}; default {option.default}"
     if option.choices:
         kind: Any = Literal[tuple(option.choices)]  # type: ignore[valid-type]
-        return kind | None, Field(None, description=f"{option.help}; default {option.default}")
-    described = f"{option.help}; default {option.default}"
+        return kind | None, Field(None, description=described)
     return int | None, Field(None, ge=option.low, le=option.high, description=described)
 
 
-def _models(task: Task) -> tuple[type[BaseModel], type[BaseModel]]:
-    options = {option.keyword: _option_field(option) for option in task.options}
-    config = ConfigDict(extra="forbid")  # a misspelt option is an error, not a default silently applied
-    texts = create_model(
-        f"{task.name.title()}Request",
-        __config__=config,
-        texts=(list[str], Field(min_length=1, max_length=MAX_TEXTS, description="texts, one result each")),
-        **options,
-    )
-    one = create_model(
-        f"{task.name.title()}StreamRequest",
-        __config__=config,
-        text=(str, Field(min_length=1, max_length=MAX_TEXT_CHARACTERS)),
-        **options,
-    )
-    return texts, one
+def _model(name: str, task: Task, with_options: bool = True, **fields: Any) -> type[BaseModel]:
+    """A request body: ``fields`` and the task's options; a field it does not name is an error (a misspelt option
+    would otherwise fall back to its default without a word)."""
+    options = {option.keyword: _option_field(option) for option in task.options} if with_options else {}
+    return create_model(name, __config__=ConfigDict(extra="forbid"), **fields, **options)
+
+
+async def parsed(request: Request, model: type[BaseModel]) -> BaseModel:
+    """The body as `model`, or 400 naming each problem (``num_beams: Input should be less than or equal to 8``)."""
+    try:
+        return model.model_validate_json(await request.body() or b"{}")
+    except ValidationError as error:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in error.errors())
+        raise GatewayError(400, problems) from None
 
 
 def _set(body: BaseModel, *skip: str) -> dict[str, Any]:
     return {k: v for k, v in body.model_dump().items() if k not in skip and v is not None}
 
 
-def _add_task(router: APIRouter, task: Task) -> None:
-    texts_model, text_model = _models(task)
+def task_routes(task: Task) -> list[tuple[Route, type[BaseModel], str]]:
+    """(route, its body's model, its summary) for `task`: answers, and its stream and explanation if it has them."""
     name = task.name
+    title = name.title().replace("_", "")
+    texts = (list[str], Field(min_length=1, max_length=MAX_TEXTS, description="texts, one result each"))
+    text = (str, Field(min_length=1, max_length=MAX_TEXT_CHARACTERS))
+    answers_model = _model(f"{title}Request", task, texts=texts)
 
-    async def answer(request: Request, body: texts_model) -> JSONResponse:  # type: ignore[valid-type]
+    async def answer(request: Request) -> Response:
         state = state_of(request)
         account = state.authenticate(request, {})
-        async with state.metered(account, sum(len(t) for t in body.texts)):  # type: ignore[attr-defined]
-            results = await state.triton.answers(name, body.texts, _set(body, "texts"))  # type: ignore[attr-defined]
+        body: Any = await parsed(request, answers_model)
+        async with state.metered(account, sum(len(t) for t in body.texts)):
+            results = await state.triton.answers(name, body.texts, _set(body, "texts"))
         return JSONResponse({"results": results})
 
-    router.add_api_route(f"/{name}", answer, methods=["POST"], summary=task.summary, name=name)
+    routes = [(Route(f"/v1/{name}", answer, methods=["POST"], name=name), answers_model, task.summary)]
 
     if task.stream is not None:
+        stream_model = _model(f"{title}StreamRequest", task, text=text)
 
-        async def stream(request: Request, body: text_model) -> StreamingResponse:  # type: ignore[valid-type]
+        async def stream(request: Request) -> Response:
             state = state_of(request)
             account = state.authenticate(request, {})
-            async with state.metered(account, len(body.text)):  # type: ignore[attr-defined]
-                events = state.triton.stream(name, body.text, _set(body, "text"))  # type: ignore[attr-defined]
+            body: Any = await parsed(request, stream_model)
+            async with state.metered(account, len(body.text)):
+                events = state.triton.stream(name, body.text, _set(body, "text"))
                 first = await anext(events)  # the sentences, before the status: a bad text still gets its 400
             headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
             return StreamingResponse(_sse(first, events), media_type="text/event-stream", headers=headers)
 
-        router.add_api_route(
-            f"/{name}/stream", stream, methods=["POST"], name=f"{name}_stream",
-            summary=f"{task.summary}: streamed as server-sent events",
-        )  # fmt: skip
+        summary = f"{task.summary}: streamed as server-sent events"
+        routes.append((Route(f"/v1/{name}/stream", stream, methods=["POST"], name=f"{name}_stream"), stream_model,
+                       summary))  # fmt: skip
 
     if task.explain is not None and name in EXPLAINED:
-        explain_model = create_model(
-            f"{task.name.title()}ExplainRequest",
-            __config__=ConfigDict(extra="forbid"),
-            text=(str, Field(min_length=1, max_length=MAX_TEXT_CHARACTERS)),
-        )
+        explain_model = _model(f"{title}ExplainRequest", task, with_options=False, text=text)
 
-        async def explain(request: Request, body: explain_model) -> JSONResponse:  # type: ignore[valid-type]
+        async def explain(request: Request) -> Response:
             state = state_of(request)
             account = state.authenticate(request, {})
-            async with state.metered(account, len(body.text)):  # type: ignore[attr-defined]
-                answer = await state.triton.explain(name, body.text)  # type: ignore[attr-defined]
+            body: Any = await parsed(request, explain_model)
+            async with state.metered(account, len(body.text)):
+                answer = await state.triton.explain(name, body.text)
             return JSONResponse(answer)
 
-        router.add_api_route(
-            f"/explain/{name}", explain, methods=["POST"], name=f"{name}_explain",
-            summary=f"{task.summary}, with tokens and attention",
-        )  # fmt: skip
+        summary = f"{task.summary}, with its tokens and attention"
+        routes.append((Route(f"/v1/explain/{name}", explain, methods=["POST"], name=f"{name}_explain"), explain_model,
+                       summary))  # fmt: skip
+    return routes
 
 
 async def _sse(first: dict[str, Any], events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
@@ -124,32 +128,36 @@ def _event(data: dict[str, Any], name: str | None = None) -> bytes:
     return f"{head}data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
 
-def build_router() -> APIRouter:
-    router = APIRouter(prefix="/v1", tags=["ropeserve"])
+async def tasks(request: Request) -> Response:
+    """The tasks, their options, and which stream or explain."""
+    return JSONResponse(
+        [
+            {
+                "name": task.name,
+                "summary": task.summary,
+                "stream": task.stream is not None,
+                "explain": task.explain is not None and task.name in EXPLAINED,
+                "options": [
+                    {
+                        "name": o.keyword,
+                        "default": o.default,
+                        "help": o.help,
+                        **({"choices": list(o.choices)} if o.choices else {"range": [o.low, o.high]}),
+                    }
+                    for o in task.options
+                ],  # fmt: skip
+            }
+            for task in registry().values()
+        ]
+    )
 
-    @router.get("/tasks", summary="The tasks, their options and what streams or explains")
-    async def tasks() -> JSONResponse:
-        return JSONResponse(
-            [
-                {
-                    "name": task.name,
-                    "summary": task.summary,
-                    "stream": task.stream is not None,
-                    "explain": task.explain is not None and task.name in EXPLAINED,
-                    "options": [
-                        {
-                            "name": o.keyword,
-                            "default": o.default,
-                            "help": o.help,
-                            **({"choices": list(o.choices)} if o.choices else {"range": [o.low, o.high]}),
-                        }
-                        for o in task.options
-                    ],
-                }
-                for task in registry().values()
-            ]
-        )
 
+def routes() -> list[tuple[Route, type[BaseModel] | None, str]]:
+    """Every /v1 route with its body's model (None: no body) and summary, for the app and its OpenAPI schema."""
+    found: list[tuple[Route, type[BaseModel] | None, str]] = [
+        (Route("/v1/tasks", tasks, methods=["GET"], name="tasks"), None, "The tasks, their options, and which "
+         "stream or explain")
+    ]  # fmt: skip
     for task in registry().values():
-        _add_task(router, task)
-    return router
+        found += task_routes(task)
+    return found

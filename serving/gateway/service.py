@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import unicodedata
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, is_dataclass
@@ -43,7 +44,7 @@ class Triton:
         request, sent together: Triton answers a request when its slowest text is done, and a request's row limit
         (sentences × beams) then bounds one text. Other tasks, whose texts cost about the same, are coalesced."""
         try:
-            if any(option.keyword == "max_new_tokens" for option in get_task(task).options):
+            if _generates(task):
                 results = await asyncio.gather(*(self.client.infer(task, [text], **options) for text in texts))
                 return [jsonable(result[0]) for result in results]
             key = (task, tuple(sorted(options.items())))
@@ -163,6 +164,11 @@ class Coalescer:
 
 
 _SENDING: set[asyncio.Future[None]] = set()  # asyncio keeps only weak references to tasks
+
+
+@functools.cache
+def _generates(task: str) -> bool:
+    return any(option.keyword == "max_new_tokens" for option in get_task(task).options)
 
 
 def jsonable(value: Any) -> Any:
