@@ -56,6 +56,11 @@ async def drive(
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     if not latencies:
         raise RuntimeError(f"no request succeeded at concurrency {concurrency} ({errors} errors)")
+    return figures(latencies, errors, seconds)
+
+
+def figures(latencies: list[float], errors: int, seconds: float) -> dict:
+    """Requests answered a second over ``seconds``, latency percentiles (ms), requests and errors."""
     return {
         "throughput": len(latencies) / seconds,
         "p50_ms": percentile(latencies, 50) * 1e3,

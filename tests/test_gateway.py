@@ -4,6 +4,7 @@ limits and metrics. Answers are compared with the SDK's straight over gRPC: the 
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import json
 import urllib.error
@@ -17,6 +18,7 @@ from prometheus_text import metric_values
 
 from clients import Client
 from serving.gateway.keys import hash_key
+from serving.gateway.service import COALESCE_IN_FLIGHT, COALESCE_ROWS, Coalescer
 from serving.launcher.embedded import free_ports
 from serving.launcher.gateway import Gateway, GatewayOptions
 
@@ -220,6 +222,39 @@ def test_coalesced_requests_fail_alone(gateway):
             assert status == 200 and body["results"][0]["label"] in ("positive", "negative")
         else:
             assert status == 400 and "empty" in body["detail"]
+
+
+def test_requests_of_one_loop_turn_leave_as_one_call_and_few_calls_are_in_flight():
+    """The coalescer sends what arrived in one event-loop turn as one call, and never more calls at once than its
+    bound: the rest wait and leave together when a call returns."""
+    calls: list[list[str]] = []
+    in_flight = peak = 0
+
+    async def send(texts: list[str]) -> list[str]:
+        nonlocal in_flight, peak
+        calls.append(texts)
+        in_flight += 1
+        peak = max(peak, in_flight)
+        await asyncio.sleep(0.05)
+        in_flight -= 1
+        return [text.upper() for text in texts]
+
+    async def main() -> list[list[str]]:
+        coalescer = Coalescer(send)
+        first = await asyncio.gather(*(coalescer.answer([f"a{i}"]) for i in range(5)))
+        spread = [asyncio.ensure_future(coalescer.answer([f"b{i}"])) for i in range(100)]
+        for _ in range(COALESCE_IN_FLIGHT * 3):  # arrivals over several turns while calls are out
+            spread.append(asyncio.ensure_future(coalescer.answer(["c"])))
+            await asyncio.sleep(0.001)
+        return [*first, *await asyncio.gather(*spread)]
+
+    answers = asyncio.run(main())
+    assert answers[:5] == [[f"A{i}"] for i in range(5)] and answers[5:105] == [[f"B{i}"] for i in range(100)]
+    assert calls[0] == [f"a{i}" for i in range(5)]  # one turn's requests, one call
+    assert [*calls[1], *calls[2]][:100] == [f"b{i}" for i in range(100)]  # in order, at most a call's rows each
+    assert len(calls[1]) == COALESCE_ROWS
+    assert peak <= COALESCE_IN_FLIGHT and any(c.count("c") > 1 for c in calls)  # under load, they wait together
+    assert sum(len(c) for c in calls) == 5 + 100 + COALESCE_IN_FLIGHT * 3  # every text sent once
 
 
 def stream_events(url: str, body: dict) -> list[tuple[str, dict]]:

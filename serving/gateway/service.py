@@ -111,28 +111,39 @@ class Triton:
 
 
 class Coalescer:
-    """One task's requests, sent as they come while few are in flight, else gathered until one returns."""
+    """One task's requests, sent while few are in flight, else gathered until one returns.
+
+    A request is sent one event-loop turn after it arrives, not at once: the requests whose bodies were read in
+    the same turn then leave as one gRPC call (measured at 32 clients: 3.6 → 5.6 texts a call, and the gateway's
+    throughput against straight gRPC 0.88 → 0.93× on sentiment), at the cost of one turn (microseconds).
+    """
 
     def __init__(self, send: Callable[[list[str]], Awaitable[list[Any]]]) -> None:
         self._send = send
         self._waiting: list[tuple[list[str], asyncio.Future[list[Any]]]] = []
         self._in_flight = 0
+        self._dispatch_soon = False
 
     async def answer(self, texts: list[str]) -> list[Any]:
         future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
         self._waiting.append((texts, future))
-        if self._in_flight < COALESCE_IN_FLIGHT:
-            self._dispatch()
+        if self._in_flight < COALESCE_IN_FLIGHT and not self._dispatch_soon:
+            self._dispatch_soon = True
+            asyncio.get_running_loop().call_soon(self._dispatch_now)
         return await future
 
+    def _dispatch_now(self) -> None:
+        self._dispatch_soon = False
+        self._dispatch()
+
     def _dispatch(self) -> None:
-        batch: list[tuple[list[str], asyncio.Future[list[Any]]]] = []
-        rows = 0
-        while self._waiting and (not batch or rows + len(self._waiting[0][0]) <= COALESCE_ROWS):
-            texts, future = self._waiting.pop(0)
-            batch.append((texts, future))
-            rows += len(texts)
-        if batch:
+        while self._waiting and self._in_flight < COALESCE_IN_FLIGHT:
+            batch: list[tuple[list[str], asyncio.Future[list[Any]]]] = []
+            rows = 0
+            while self._waiting and (not batch or rows + len(self._waiting[0][0]) <= COALESCE_ROWS):
+                texts, future = self._waiting.pop(0)
+                batch.append((texts, future))
+                rows += len(texts)
             self._in_flight += 1
             _SENDING.add(task := asyncio.ensure_future(self._run(batch)))
             task.add_done_callback(_SENDING.discard)
