@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_generation_parity import SENTENCES
+from everyday import SENTENCES
 
 from benchmarks import ctranslate2_baseline as ct2
 from serving.text.tokenizer import BOS, EOS, UNK

@@ -11,7 +11,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
-from test_generation_parity import SENTENCES  # the everyday sentences, when the test set is missing
+from everyday import runs  # texts built from everyday sentences, when the test set is missing
 
 from export.graphs.step_export import StepDecoder, export_step_graphs
 from export.model.reference_search import ReferenceSearch
@@ -33,7 +33,7 @@ class Task:
     def __init__(self, name: str, folder: Path, limit: int) -> None:
         self.model, self.config, src_tok, tgt_tok = seq2seq.load(ROOT / "checkpoints" / name)
         spec = seq2seq.TASKS[name]
-        pairs = spec.reader(DATA_DIR)[1][:limit] if DATA_DIR.is_dir() else [Pair(s, "") for s in SENTENCES]
+        pairs = spec.reader(DATA_DIR)[1][:limit] if DATA_DIR.is_dir() else [Pair(s, "") for s in runs(limit)]
         self.sources = [s for s, _ in seq2seq.encode_pairs(pairs, src_tok, tgt_tok, spec)]
         self.graphs = export_step_graphs(self.model, folder)
         self.reference = ReferenceSearch.from_config(self.config)

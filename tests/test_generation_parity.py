@@ -11,6 +11,7 @@ from pathlib import Path
 
 import onnxruntime as ort
 import pytest
+from everyday import SENTENCES
 
 from export.graphs.parity import agreement
 from export.graphs.seq2seq_export import export_generator
@@ -20,48 +21,6 @@ pytestmark = pytest.mark.export  # exports and runs ONNX generators: seconds eac
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKPOINT = ROOT / "checkpoints" / "translate"
-SENTENCES = [
-    "我爱你。",
-    "他休息两天。",
-    "我只有几支笔。",
-    "今天天气很好。",
-    "你叫什么名字？",
-    "我们明天去北京。",
-    "这本书很有意思。",
-    "她每天早上喝咖啡。",
-    "我不知道他在哪里。",
-    "请把门关上。",
-    "你会说中文吗？",
-    "我的猫喜欢睡觉。",
-    "他们在公园里踢足球。",
-    "这个问题很难回答。",
-    "我昨天买了一辆新车。",
-    "火车几点出发？",
-    "我想学习日语。",
-    "汤姆是我最好的朋友。",
-    "外面在下雨。",
-    "你能帮我一下吗？",
-    "我已经吃过晚饭了。",
-    "这是我第一次来中国。",
-    "他比我高。",
-    "我们应该早点回家。",
-    "她的妈妈是医生。",
-    "我喜欢听音乐。",
-    "这家餐厅的菜很好吃。",
-    "我忘了带钥匙。",
-    "明天会下雪吗？",
-    "孩子们在学校学习。",
-    "我每天走路去上班。",
-    "你为什么不来？",
-    "这件衣服太贵了。",
-    "我觉得他说得对。",
-    "请慢慢说。",
-    "我很高兴见到你。",
-    "他正在看电视。",
-    "我们需要更多的时间。",
-    "医院在哪里？",
-    "我会尽力的。",
-]
 
 
 @pytest.fixture(scope="module")
