@@ -1,4 +1,5 @@
-"""Overload: four times the measured capacity of `translate` is refused fast, never queued without bound.
+"""Overload: four times the measured capacity of `translate` is refused fast, never queued without bound; a burst
+past the queue bound of each dynamically batched endpoint is refused at once.
 
 The front models' configs cap the queue (`default_queue_policy`: max_queue_size, REJECT after a timeout). This
 test measures the endpoint's capacity with a closed loop, then offers 4× that rate open-loop (requests sent on a
@@ -14,9 +15,10 @@ import statistics
 import time
 from collections import Counter
 
+import pytest
 import tritonclient.grpc.aio as grpc_aio
 from prometheus_text import metric_values, scrape
-from reliability_helpers import connect, infer, text_input
+from reliability_helpers import OUTPUT, connect, infer, text_input
 from tritonclient.utils import InferenceServerException
 
 from serving.frontends.engine_front import QUEUE_FULL as ENGINE_FULL
@@ -120,3 +122,49 @@ def test_four_times_capacity_is_rejected_fast_and_bounded(start_server) -> None:
     # And afterwards it serves as before.
     with connect(server, "grpc") as client:
         assert infer(client, MODEL, [text_input(grpc_aio, ["我爱你。"])]).as_numpy("TRANSLATION").shape == (1, 1)
+
+
+BURST_MODELS = {  # the endpoints that wait in Triton's dynamic batcher, with the models each loads
+    "sentiment": ["sentiment", "sentiment_encoder"],
+    "summarize": ["summarize", "summarize_generator", "summarize_extractor"],
+}
+LONG_TEXT = "这部电影的剧情很拖沓，但是演员的表演非常出色，配乐也很动人，总体来说值得一看。" * 6
+
+
+async def burst(url: str, model: str, count: int) -> list:
+    """`count` requests of one long text sent at once; each outcome ("ok" or "status|message") with its latency."""
+    outcomes: list = []
+
+    async def one() -> None:
+        started = time.perf_counter()
+        try:
+            await client.infer(model, [text_input(grpc_aio, [LONG_TEXT])], client_timeout=120)
+            outcomes.append(("ok", time.perf_counter() - started))
+        except InferenceServerException as err:
+            outcomes.append((f"{err.status()}|{err.message()}", time.perf_counter() - started))
+
+    async with grpc_aio.InferenceServerClient(url) as client:
+        await asyncio.wait_for(asyncio.gather(*(one() for _ in range(count))), timeout=180)
+    return outcomes
+
+
+@pytest.mark.parametrize("model", sorted(BURST_MODELS))
+def test_a_burst_past_the_queue_bound_is_refused_at_once(start_server, model: str) -> None:
+    """A burst of four times the queue bound at a dynamically batched endpoint: the surplus is refused as a full
+    queue at once, the rest answered; without `max_queue_size` every request would wait its turn."""
+    server = start_server(BURST_MODELS[model])
+    with connect(server, "grpc") as client:
+        bound = client.get_model_config(model).config.dynamic_batching.default_queue_policy.max_queue_size
+    assert bound > 0, f"{model} has no queue bound"
+    outcomes = asyncio.run(burst(server.grpc_url, model, 4 * bound))
+    kinds = Counter(kind.split("|")[0] for kind, _ in outcomes)
+    full = [latency for kind, latency in outcomes if QUEUE_FULL in kind]
+    accepted = [latency for kind, latency in outcomes if kind == "ok"]
+    print(f"\n{model}: {4 * bound} at once, bound {bound}: {dict(kinds)}; {len(full)} refused as a full queue")
+    assert len(outcomes) == 4 * bound  # every request got an answer or a refusal
+    assert set(kinds) <= {"ok", "StatusCode.UNAVAILABLE"}, kinds
+    assert full, "no request was refused for a full queue: the queue is not bounded"
+    assert accepted and statistics.median(full) < statistics.median(accepted)  # refusing takes no waiting
+    with connect(server, "grpc") as client:  # and it serves as before
+        answer = infer(client, model, [text_input(grpc_aio, ["我爱你。"])]).as_numpy(OUTPUT[model])
+    assert answer.shape[0] == 1
