@@ -60,13 +60,13 @@ async def _gateway(url: str, body: Any, texts: list[str], clients: int, seconds:
     import aiohttp
 
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=clients)) as session:
+        return await drive(partial(_post, session, url, body), texts, clients, seconds)
 
-        async def call(text: str) -> Any:
-            async with session.post(url, json=body(text)) as response:
-                response.raise_for_status()
-                return await response.json()
 
-        return await drive(call, texts, clients, seconds)
+async def _post(session: Any, url: str, body: Any, text: str) -> Any:
+    async with session.post(url, json=body(text)) as response:
+        response.raise_for_status()
+        return await response.json()
 
 
 async def _alternating(
@@ -78,13 +78,7 @@ async def _alternating(
     from clients import AsyncClient
 
     async with AsyncClient(grpc_url, protocol="grpc", retry=None) as client, aiohttp.ClientSession() as session:
-
-        async def through(text: str) -> Any:
-            async with session.post(url, json=body(text)) as response:
-                response.raise_for_status()
-                return await response.json()
-
-        ways = {"grpc": lambda text: client.infer(task, [text]), "gateway": through}
+        ways = {"grpc": lambda text: client.infer(task, [text]), "gateway": partial(_post, session, url, body)}
         latencies: dict[str, list[float]] = {way: [] for way in ways}
         errors = dict.fromkeys(ways, 0)
         start = time.perf_counter()

@@ -114,8 +114,8 @@ class Coalescer:
     """One task's requests, sent while few are in flight, else gathered until one returns.
 
     A request is sent one event-loop turn after it arrives, not at once: the requests whose bodies were read in
-    the same turn then leave as one gRPC call (measured at 32 clients: 3.6 → 5.6 texts a call, and the gateway's
-    throughput against straight gRPC 0.88 → 0.93× on sentiment), at the cost of one turn (microseconds).
+    the same turn then leave as one gRPC call, which saves Triton's and the gateway's per-call work under load,
+    at the cost of one turn (microseconds).
     """
 
     def __init__(self, send: Callable[[list[str]], Awaitable[list[Any]]]) -> None:

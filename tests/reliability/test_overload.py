@@ -37,11 +37,11 @@ def queue_timeout_s(server) -> float:
     return policy.default_timeout_microseconds / 1e6
 
 
-async def _one(client, i: int, outcomes: list) -> None:
-    inputs = [text_input(grpc_aio, [TEXTS[i % len(TEXTS)]])]
+async def _one(client, i: int, outcomes: list, model: str = MODEL, texts: list[str] = TEXTS) -> None:
+    inputs = [text_input(grpc_aio, [texts[i % len(texts)]])]
     started = time.perf_counter()
     try:
-        await client.infer(MODEL, inputs, client_timeout=60)
+        await client.infer(model, inputs, client_timeout=120)
         outcomes.append(("ok", time.perf_counter() - started))
     except InferenceServerException as err:
         outcomes.append((f"{err.status()}|{err.message()}", time.perf_counter() - started))
@@ -134,17 +134,9 @@ LONG_TEXT = "这部电影的剧情很拖沓，但是演员的表演非常出色�
 async def burst(url: str, model: str, count: int) -> list:
     """`count` requests of one long text sent at once; each outcome ("ok" or "status|message") with its latency."""
     outcomes: list = []
-
-    async def one() -> None:
-        started = time.perf_counter()
-        try:
-            await client.infer(model, [text_input(grpc_aio, [LONG_TEXT])], client_timeout=120)
-            outcomes.append(("ok", time.perf_counter() - started))
-        except InferenceServerException as err:
-            outcomes.append((f"{err.status()}|{err.message()}", time.perf_counter() - started))
-
     async with grpc_aio.InferenceServerClient(url) as client:
-        await asyncio.wait_for(asyncio.gather(*(one() for _ in range(count))), timeout=180)
+        requests = (_one(client, 0, outcomes, model, [LONG_TEXT]) for _ in range(count))
+        await asyncio.wait_for(asyncio.gather(*requests), timeout=180)
     return outcomes
 
 
