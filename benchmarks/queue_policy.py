@@ -9,7 +9,9 @@ perf_analyzer at each concurrency (3 s windows, 3 of them). The variants:
 - ``committed``: the shipped policy (at most 256 waiting requests, each for at most 1 s);
 - ``none``: no policy (an unbounded queue);
 - ``size_only`` / ``timeout_only``: each half of the policy alone;
-- ``committed_delay_1ms``: the policy with a 1 ms ``max_queue_delay_microseconds`` (does a batching delay wake it?).
+- ``committed_delay_1ms``: the policy with a 1 ms ``max_queue_delay_microseconds`` (does a batching delay wake it?);
+- ``committed_returned``: the shipped policy with answers returned from ``execute()`` even at one instance
+  (``send_answers_after_execute`` false): what the front model's safeguard avoids.
 
     python -m benchmarks.queue_policy --variants committed,none   # → benchmarks/results/queue_policy.json
 
@@ -33,6 +35,7 @@ from typing import Any
 from benchmarks import perf_analyzer
 from benchmarks.stats import machine
 from loadtest.texts import load_texts
+from serving.frontends.base import SEND_AFTER_EXECUTE
 from serving.launcher.embedded import EmbeddedTriton, ServerOptions, free_ports
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,7 +47,9 @@ VARIANTS = {
     "size_only": "default_queue_policy {\n    max_queue_size: 256\n  }",
     "timeout_only": "default_queue_policy {\n    default_timeout_microseconds: 1000000\n  }",
     "committed_delay_1ms": r"\g<0>\n  max_queue_delay_microseconds: 1000",
+    "committed_returned": None,
 }
+RETURNED = f'parameters {{\n  key: "{SEND_AFTER_EXECUTE}"\n  value {{\n    string_value: "false"\n  }}\n}}\n'
 
 
 def repository(root: Path, variant: str, instances: int) -> Path:
@@ -59,6 +64,8 @@ def repository(root: Path, variant: str, instances: int) -> Path:
     if VARIANTS[variant] is not None:
         text = POLICY.sub(VARIANTS[variant], text)
     text = re.sub(r"instance_group \{\s*count: \d+", f"instance_group {{\n  count: {instances}", text, count=1)
+    if variant == "committed_returned":
+        text += RETURNED
     config.write_text(text)
     return repo
 

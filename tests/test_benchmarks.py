@@ -37,6 +37,7 @@ from benchmarks.variant_repository import ServingVariant, rewrite_config
 from export.training import seq2seq
 from export.training.data import read_sentiment
 from loadtest.texts import load_texts
+from serving.frontends.base import SEND_AFTER_EXECUTE
 from serving.frontends.options import check_options
 from serving.ort_backend.session_config import available_cpus
 
@@ -500,6 +501,7 @@ def test_queue_policy_variants_change_only_the_policy_and_the_instance_count(tmp
         "size_only": (256, 0, 0),
         "timeout_only": (0, 1_000_000, 0),
         "committed_delay_1ms": (256, 1_000_000, 1000),
+        "committed_returned": (256, 1_000_000, 0),
     }
     assert set(expected) == set(queue_policy.VARIANTS)
     for variant, (size, timeout, delay) in expected.items():
@@ -511,6 +513,8 @@ def test_queue_policy_variants_change_only_the_policy_and_the_instance_count(tmp
         assert batching.default_queue_policy.default_timeout_microseconds == timeout, variant
         assert batching.max_queue_delay_microseconds == delay, variant
         assert [group.count for group in config.instance_group] == [1], variant
+        sends = config.parameters[SEND_AFTER_EXECUTE].string_value if SEND_AFTER_EXECUTE in config.parameters else None
+        assert sends == ("false" if variant == "committed_returned" else None), variant
         assert (repo / "sentiment_encoder" / "config.pbtxt").exists()
 
 

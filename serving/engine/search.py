@@ -62,11 +62,6 @@ class SourceSearch:
         self.steps = 0
         self.result: list[int] | None = None  # the answer (no bos, no eos) once finished
 
-    @property
-    def rows(self) -> int:
-        """Rows of the running batch it occupies: num_beams (greedy: 1)."""
-        return self.num_beams
-
     def row_beams(self) -> list[list[int]]:
         """The token list of each of its rows; before the first step every row holds just bos."""
         return self.beams if len(self.beams) == self.num_beams else self.beams * self.num_beams

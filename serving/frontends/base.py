@@ -17,7 +17,7 @@ import threading
 import time
 import unicodedata
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -237,9 +237,6 @@ class BatchTokenizer:
         encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
         return [[end for _, end in encoding.offsets] for encoding in encodings]
 
-    def count_tokens(self, texts: Sequence[str]) -> list[int]:
-        return [len(ids) for ids in self.token_ids(texts)]
-
 
 @dataclass
 class ParsedRequest:
@@ -248,7 +245,6 @@ class ParsedRequest:
     index: int  # position of the request in the Triton batch
     texts: list[str]
     options: Any = NoOptions()  # the front model's Options
-    results: list[Any] = field(default_factory=list)
 
 
 def version_folder(args: dict) -> Path:
@@ -272,6 +268,8 @@ def read_endpoint(folder: Path, name: str) -> tuple[Task, Endpoint]:
 # How long the answer thread waits after execute() returned before it sends: the stub's return has to reach
 # Triton, which then frees the instance. Without it, at 32 clients about one batch in a hundred still raced ahead.
 RELEASE_WAIT_S = 0.0005
+# The model-config parameter that overrides the rule of `sends_after_execute`: "auto" (the default), "true", "false".
+SEND_AFTER_EXECUTE = "send_answers_after_execute"
 
 
 def sends_after_execute(model_config: dict) -> bool:
@@ -279,13 +277,19 @@ def sends_after_execute(model_config: dict) -> bool:
 
     Triton 2.51's dynamic batcher, once a model has a queue policy, is not woken when an instance frees; returned
     answers reach the clients before Triton frees the instance, so with a single instance the clients' next
-    requests arrive while it is busy and wait for the batcher's 500 ms idle wait. Sent from a thread after
-    ``execute()`` returns, they arrive after the instance is free (measured: p99 523 → 37 ms at 32 clients,
-    benchmarks/results/queue_policy.json). The price: an answer computed but not yet sent when the stub is killed
-    is never sent (the client's deadline ends that request), where returned answers get Triton's error. With two
-    or more instances the stall does not show, so those keep returning (docs/reliability.md, "the price of the
-    queue bound").
+    requests arrive while it is busy and wait for the batcher's 500 ms idle wait. Sent from a thread shortly after
+    ``execute()`` returns, they usually arrive after the instance is free: a race made rare, not impossible
+    (docs/reliability.md, "the price of the queue bound"). The price: an answer computed but not yet sent when the
+    stub is killed is never sent (the client's deadline ends that request), where returned answers get Triton's
+    error. With two or more instances the stall does not show, so those return their answers. The parameter
+    ``send_answers_after_execute`` ("true" or "false") overrides this rule.
     """
+    parameters = model_config.get("parameters") or {}
+    setting = (parameters.get(SEND_AFTER_EXECUTE) or {}).get("string_value", "auto")
+    if setting not in {"auto", "true", "false"}:
+        raise ValueError(f"parameter {SEND_AFTER_EXECUTE} must be auto, true or false, got {setting!r}")
+    if setting != "auto":
+        return setting == "true"
     groups = model_config.get("instance_group") or [{}]
     instances = sum(int(group.get("count", 1)) for group in groups)
     policy = (model_config.get("dynamic_batching") or {}).get("default_queue_policy") or {}

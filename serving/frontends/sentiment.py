@@ -3,7 +3,8 @@ softmax → label and score.
 
 A text longer than the encoder's 128 tokens is read whole, in windows of whole sentences
 (serving/frontends/windows.py); the windows' answers are pooled into the text's (:data:`POOLING`, chosen on the
-test sets' long reviews: docs/models.md). A text that fits one window is read and answered exactly as before.
+test sets' long reviews: docs/models.md). A text that fits one window is read as one
+window of its own tokens: the same answer as a single read.
 
 The endpoint runs its copy of the encoder graph in-process (`encoder.onnx` in its version folder, written by
 export.build_repository:encoder_copy): a BLS call to the `sentiment_encoder` model would cost a round trip

@@ -6,7 +6,7 @@ such a text is read in windows: it is split into sentences (:func:`split`, mode 
 sentences are packed greedily into windows of at most ``window`` tokens, and a sentence longer than a window is cut
 after clause punctuation (:func:`fit`), or, for a clause longer than the window, at the window. Every window is a
 contiguous run of the text's own tokens (the tokenizer is called once, on the whole text), so a text that fits one
-window is read exactly as before: one window, the same tokens.
+window is read as one window of exactly the tokens a single read would give.
 
 A text is read in at most :data:`MAX_WINDOWS` windows; the rest of a longer one is not read, and counts as
 truncated, as does a clause cut at the window.

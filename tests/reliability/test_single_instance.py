@@ -1,4 +1,4 @@
-"""One front instance with a bounded queue: answers sent after `execute()` returns, so no 500 ms stall.
+"""One front instance with a bounded queue: answers sent after `execute()` returns, so 500 ms stalls are rare.
 
 Triton 2.51's dynamic batcher with a queue policy is not woken when the only instance frees; answers returned from
 `execute()` reach clients before that, so their next requests wait out the batcher's 500 ms idle wait
@@ -19,7 +19,7 @@ from reliability_helpers import connect, infer, outcome, text_input
 
 from benchmarks import perf_analyzer
 from benchmarks.queue_policy import repository
-from serving.frontends.base import sends_after_execute
+from serving.frontends.base import SEND_AFTER_EXECUTE, sends_after_execute
 from serving.launcher.drain import drain_front_models
 
 STALL_S = 0.5  # the batcher's idle wait in Triton 2.51 (dynamic_batch_scheduler.cc)
@@ -37,24 +37,39 @@ def test_only_a_single_instance_with_a_queue_bound_sends_after_execute() -> None
     assert not sends_after_execute(config(2, max_queue_size=256))
     assert not sends_after_execute(config(1, max_queue_size=0, default_timeout_microseconds="0"))
     assert not sends_after_execute({"instance_group": [{"count": 1}]})
+    # the parameter overrides the rule either way, and a value it does not know is refused by name
+    setting = {SEND_AFTER_EXECUTE: {"string_value": "false"}}
+    assert not sends_after_execute({**config(1, max_queue_size=256), "parameters": setting})
+    setting = {SEND_AFTER_EXECUTE: {"string_value": "true"}}
+    assert sends_after_execute({**config(2, max_queue_size=256), "parameters": setting})
+    with pytest.raises(ValueError, match=SEND_AFTER_EXECUTE):
+        sends_after_execute({**config(1), "parameters": {SEND_AFTER_EXECUTE: {"string_value": "yes"}}})
 
 
 @pytest.mark.server
 def test_one_instance_with_the_committed_queue_bound_does_not_stall(start_server, tmp_path: Path) -> None:
-    repo = repository(tmp_path, "committed", 1)  # sentiment as shipped, but one front instance
-    server = start_server(["sentiment", "sentiment_encoder"], repository=repo)
     # perf_analyzer (C++) sends the next request as soon as an answer arrives, which is what exposes the stall;
     # Python clients are too slow to: the instance is free again by the time their next request arrives.
     data = perf_analyzer.write_input_data(
         ["这部电影不差，演员也很用心。", "太难看了，浪费时间。"], tmp_path / "input.json"
     )
-    result = perf_analyzer.run(server.grpc_url, "sentiment", 8, data, 1000)
-    print(f"\none instance, 8 perf_analyzer clients: {result['throughput']:.0f} infer/s, p99 {result['p99_ms']:.1f} ms")
-    # Returned answers gave p99 ≈ 508 ms here (benchmarks/results/queue_policy.json, c=8): the idle wait.
-    assert result["p99_ms"] < STALL_S * 1000 / 2
-    with connect(server, "http") as client:  # the other protocol is answered the same way
-        label = infer(client, "sentiment", [text_input(httpclient, ["这部电影很好看"])]).as_numpy("LABEL")[0, 0]
-    assert label.decode() in {"positive", "negative"}
+    measured = {}
+    for variant in ("committed", "committed_returned"):  # sentiment as shipped but one front instance; answers
+        repo = repository(tmp_path, variant, 1)  # sent after execute(), then returned from it (the safeguard off)
+        server = start_server(["sentiment", "sentiment_encoder"], repository=repo)
+        measured[variant] = perf_analyzer.run(server.grpc_url, "sentiment", 8, data, 1000)
+        with connect(server, "http") as client:  # the other protocol is answered the same way
+            label = infer(client, "sentiment", [text_input(httpclient, ["这部电影很好看"])]).as_numpy("LABEL")[0, 0]
+        assert label.decode() in {"positive", "negative"}
+        server.stop()
+    print(
+        "\none instance, 8 perf_analyzer clients: "
+        + "; ".join(f"{v}: {r['throughput']:.0f} infer/s, p99 {r['p99_ms']:.1f} ms" for v, r in measured.items())
+    )
+    # Each stall holds every client for the batcher's idle wait; sent after execute(), stalls are rare (a run may
+    # still see one: docs/reliability.md), returned they come every few batches: 2.8x or more apart when measured.
+    assert measured["committed_returned"]["p99_ms"] > STALL_S * 1000 * 0.9  # the stall this guards against
+    assert measured["committed"]["throughput"] > 2 * measured["committed_returned"]["throughput"]
 
 
 @pytest.mark.server
