@@ -48,13 +48,14 @@ def _panels(panels: list[dict]) -> Iterator[dict]:
 
 
 def metric_names(expr: str) -> set[str]:
-    """Metric names a PromQL expression reads: identifiers that are not functions, keywords, labels or ranges."""
+    """Metric names a PromQL expression reads: identifiers that are not functions, keywords, labels or ranges, and
+    the alternatives of a ``{__name__=~"a|b"}`` selector."""
+    names = {name for names in re.findall(r'__name__=~?"([^"]*)"', expr) for name in names.split("|")}
     expr = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)  # string literals (label values)
     expr = re.sub(r"\{[^}]*\}", "", expr)  # label matchers
     expr = re.sub(r"\[[^\]]*\]", "", expr)  # range selectors, $__rate_interval
     expr = _GROUPING.sub("", expr)  # by (model, le) ...
     expr = re.sub(r"(?:\boffset|@)\s*-?[0-9a-zA-Z.]+", "", expr)  # offset 5m, @ 1609746000
-    names = set()
     for match in _IDENTIFIER.finditer(expr):
         if expr[match.end() :].lstrip().startswith("(") or match.group() in _KEYWORDS:
             continue  # a function or aggregation call, or an operator keyword

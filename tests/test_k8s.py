@@ -123,9 +123,9 @@ def test_schema_errors_are_caught(tmp_path):
 
 
 def test_broken_links_between_objects_are_caught(tmp_path):
-    folder = write_broken_copy(tmp_path, "hpa.yaml", "name: triton_queue_compute_ratio", "name: triton_queue_ratio")
+    folder = write_broken_copy(tmp_path, "hpa.yaml", "name: ropeserve_waiting_work", "name: ropeserve_waiting")
     result = validate(*sorted(folder.glob("*.yaml")))
-    assert result.returncode == 1 and "triton_queue_ratio is not served by the adapter rules" in result.stdout
+    assert result.returncode == 1 and "ropeserve_waiting is not served by the adapter rules" in result.stdout
     folder = write_broken_copy(tmp_path / "b", "service.yaml", "targetPort: grpc", "targetPort: grcp")
     result = validate(*sorted(folder.glob("*.yaml")))
     assert result.returncode == 1 and "targets 'grcp', not a container port" in result.stdout

@@ -4,7 +4,8 @@ Prometheus runs on loopback with the shipped config (serving/prometheus/promethe
 interval rewritten: scrape every second, a free port, a temporary storage directory. Then:
 - rate(nv_inference_count) and the custom generated-token counter are > 0;
 - every Grafana dashboard query is valid PromQL and returns data (GPU-only and "> 0"-filtered ones may be empty);
-- the Prometheus adapter rule behind the HorizontalPodAutoscaler evaluates to a number.
+- the Prometheus adapter rule behind the HorizontalPodAutoscaler evaluates to a number, rises above the HPA's target
+  when any one endpoint is overloaded, and falls back when the load stops.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import yaml
 from dashboard_queries import GPU_ONLY_METRICS, dashboard_queries, metric_names
+from everyday import SENTENCES
 
 from serving.launcher.embedded import free_ports
 
@@ -117,7 +119,24 @@ def prometheus(request, tmp_path):
         log.close()
 
 
-class Load:
+class Clients:
+    """Client threads (``threads``), started on entering; told to ``stop`` and joined on leaving."""
+
+    threads: list[threading.Thread]
+    stop: threading.Event
+
+    def __enter__(self):
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(timeout=60)
+
+
+class Load(Clients):
     """Sequential requests from two threads until stopped (bounded: at most `max_s` seconds)."""
 
     def __init__(self, grpc_url: str, max_s: float = 40.0) -> None:
@@ -145,16 +164,6 @@ class Load:
         except BaseException as err:  # noqa: BLE001 - reported by the test
             self.errors.append(err)
 
-    def __enter__(self) -> Load:
-        for thread in self.threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(timeout=30)
-
 
 def test_prometheus_sees_inference_rate_and_generated_tokens(prometheus):
     prometheus, triton = prometheus
@@ -169,13 +178,8 @@ def test_prometheus_sees_inference_rate_and_generated_tokens(prometheus):
         assert total(prometheus, 'up{job="triton"}') == 1
         assert total(prometheus, 'up{job="gateway"}') == 1
         results = {q.expr: query(prometheus, q.expr.replace("$__rate_interval", WINDOW)) for q in dashboard_queries()}
-        rules = yaml.safe_load(
-            yaml.safe_load((ROOT / "deploy" / "k8s" / "prometheus-adapter-config.yaml").read_text())["data"][
-                "config.yaml"
-            ]
-        )["rules"]
-        ratio_query = rules[0]["metricsQuery"].replace("<<.LabelMatchers>>", 'job="triton"')
-        ratio = query(prometheus, ratio_query.replace("<<.GroupBy>>", "job"))
+        signal = adapter_rule(hpa_target()[0])["metricsQuery"].replace("<<.LabelMatchers>>", 'job="triton"')
+        waiting = query(prometheus, signal.replace("<<.GroupBy>>", "job"))
     assert not load.errors, load.errors
     assert load.counts["sentiment"] > 0 and load.counts["translate"] > 0
 
@@ -185,4 +189,94 @@ def test_prometheus_sees_inference_rate_and_generated_tokens(prometheus):
     throughput = [q.expr for q in dashboard_queries() if q.expr.startswith("sum by (model) (rate(nv_inference_request")]
     assert any(float(s["value"][1]) > 0 for e in throughput for s in results[e])
 
-    assert len(ratio) == 1 and float(ratio[0]["value"][1]) >= 0  # queue/compute: a number, not NaN or nothing
+    assert len(waiting) == 1 and float(waiting[0]["value"][1]) >= 0  # the HPA's signal: a number, not NaN or nothing
+
+
+def adapter_rule(name: str) -> dict:
+    """The prometheus-adapter rule serving the custom metric ``name`` (deploy/k8s/prometheus-adapter-config.yaml)."""
+    config = yaml.safe_load((ROOT / "deploy" / "k8s" / "prometheus-adapter-config.yaml").read_text())
+    rules = yaml.safe_load(config["data"]["config.yaml"])["rules"]
+    (rule,) = [rule for rule in rules if rule["name"]["as"] == name]
+    return rule
+
+
+def hpa_target() -> tuple[str, float]:
+    """The custom metric the HPA scales on and its target average per pod (deploy/k8s/hpa.yaml)."""
+    hpa = yaml.safe_load((ROOT / "deploy" / "k8s" / "hpa.yaml").read_text())
+    (metric,) = hpa["spec"]["metrics"]
+    value = str(metric["pods"]["target"]["averageValue"])
+    return metric["pods"]["metric"]["name"], float(value[:-1]) / 1000 if value.endswith("m") else float(value)
+
+
+def keda_trigger() -> tuple[str, float]:
+    """The Prometheus query and threshold of the KEDA alternative (deploy/k8s/keda/scaledobject.yaml)."""
+    scaled = yaml.safe_load((ROOT / "deploy" / "k8s" / "keda" / "scaledobject.yaml").read_text())
+    (trigger,) = scaled["spec"]["triggers"]
+    return trigger["metadata"]["query"], float(trigger["metadata"]["threshold"])
+
+
+class Overload(Clients):
+    """``clients`` threads sending ``send(client)`` back to back through the SDK until stopped; refusals counted."""
+
+    def __init__(self, url: str, clients: int, send) -> None:
+        self.url, self.send = url, send
+        self.stop = threading.Event()
+        self.answered, self.refused = 0, 0
+        self.threads = [threading.Thread(target=self.run, daemon=True) for _ in range(clients)]
+
+    def run(self) -> None:
+        from clients import Client, ClientError
+
+        with Client(self.url, retry=None) as client:
+            while not self.stop.is_set():
+                try:
+                    self.send(client)
+                    self.answered += 1
+                except ClientError:  # a full queue refuses at once: part of overloading it
+                    self.refused += 1
+
+
+PARAGRAPH = "".join(SENTENCES[:8])
+OVERLOADS = {  # endpoint: (clients, one request); translate as measured in issue 46: 48 clients, paragraphs, beam 4
+    "translate": (48, lambda client: client.translate([PARAGRAPH], num_beams=4)),
+    "sentiment": (32, lambda client: client.sentiment([PARAGRAPH] * 16)),
+    "translate_stream": (32, lambda client: "".join(client.stream("translate", PARAGRAPH, num_beams=4))),
+}
+
+
+@pytest.mark.parametrize("endpoint", list(OVERLOADS))
+def test_the_scaling_signal_rises_when_any_endpoint_is_overloaded_and_falls_when_idle(prometheus, endpoint):
+    """What the HPA reads, through the adapter's own query: above its target within 30 s of overloading one
+    endpoint, engine-backed or not, and back under within 60 s of idle."""
+    prometheus, triton = prometheus
+    name, target = hpa_target()
+    signal = adapter_rule(name)["metricsQuery"].replace("<<.LabelMatchers>>", 'job="triton"')
+    signal = signal.replace("<<.GroupBy>>", "job")
+    clients, send = OVERLOADS[endpoint]
+    seen: list[tuple[float, float]] = []  # (seconds since the phase began, the signal)
+
+    def seconds_until(predicate, timeout_s: float) -> float | None:
+        started = time.monotonic()
+        while time.monotonic() - started < timeout_s:
+            seen.append((round(time.monotonic() - started, 1), total(prometheus, signal)))
+            if predicate(seen[-1][1]):
+                return seen[-1][0]
+            time.sleep(1.0)
+        return None
+
+    assert seconds_until(lambda v: v < target, 90) is not None, f"{name} not under {target} before the load: {seen}"
+    keda, threshold = keda_trigger()
+    keda = keda.replace('pod=~"ropeserve-triton-.*"', 'job="triton"')
+    with Overload(triton.grpc_url, clients, send) as load:
+        rose = seconds_until(lambda v: v > target, 30)
+        keda_value = total(prometheus, keda)
+    peak = max(v for _, v in seen)
+    fell = seconds_until(lambda v: v < target, 60)
+    print(
+        f"\n{endpoint}, {clients} clients: {name} above {target:g} after {rose} s (peak {peak:.1f}), back under "
+        f"{fell} s after the load stopped; {load.answered} answered, {load.refused} refused"
+    )
+    assert rose is not None, f"{name} stayed under {target} for 30 s of {endpoint} overload: {seen}"
+    assert fell is not None, f"{name} still above {target} 60 s after the load stopped: {seen[-10:]}"
+    assert keda_value > threshold, f"KEDA's query gave {keda_value} when the adapter's rose above {target}"
+    assert load.answered > 0

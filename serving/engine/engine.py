@@ -167,6 +167,12 @@ class Engine:
             waiting = sum(job.num_beams for jobs in self._pending.values() for job in jobs)
             return waiting + sum(job.num_beams for job in self._jobs)
 
+    def waiting(self) -> tuple[int, int]:
+        """Texts and rows (texts x beams) waiting to join the running batch: the work an autoscaler should see."""
+        with self._wake:
+            jobs = [job for jobs in self._pending.values() for job in jobs]
+            return len(jobs), sum(job.num_beams for job in jobs)
+
     def busy(self) -> bool:
         """Anything running or waiting."""
         with self._wake:

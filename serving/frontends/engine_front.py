@@ -34,6 +34,7 @@ from serving.engine.config import EngineConfig
 from serving.engine.engine import Engine, Job
 from serving.frontends import sentences
 from serving.frontends.base import BatchTokenizer, FrontModel, InputError
+from serving.frontends.metrics import EngineLoad
 from serving.frontends.options import EngineOptions, TranslateOptions
 from serving.frontends.sentences import Document
 from serving.text.tokenizer import EOS_ID, detokenize, settled_prefix
@@ -142,7 +143,9 @@ class EngineFront(FrontModel):
         while not self._reporting.wait(METRICS_PERIOD_S):
             stats = self.engine.stats
             waits, firsts = stats.drain()
-            self.metrics.engine(stats.running_rows, stats.steps - steps, waits, firsts)
+            texts, rows = self.engine.waiting()
+            load = EngineLoad(stats.running_rows, self.engine.max_rows, texts, rows)
+            self.metrics.engine(load, stats.steps - steps, waits, firsts)
             steps = stats.steps
 
     def execute(self, requests: list[Any]) -> None:

@@ -78,6 +78,18 @@ SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 RUNNING_ROWS = MetricSpec(
     PREFIX + "engine_running_rows", "gauge", "Rows (texts x beams) in the engine's running batch right now"
 )
+CAPACITY_ROWS = MetricSpec(
+    PREFIX + "engine_capacity_rows", "gauge", "Rows the engine's running batch holds at most (its max_rows)"
+)
+WAITING_TEXTS = MetricSpec(
+    PREFIX + "engine_waiting_texts",
+    "gauge",
+    "Texts waiting to join the engine's running batch (each sentence of a document counts one): the queue "
+    "Triton's own queue metrics do not see, since the engine fronts hand every request over at once",
+)
+WAITING_ROWS = MetricSpec(
+    PREFIX + "engine_waiting_rows", "gauge", "Rows (texts x beams) waiting to join the engine's running batch"
+)
 ENGINE_STEPS = MetricSpec(PREFIX + "engine_steps_total", "counter", "Decoding steps the engine ran (one per token)")
 QUEUE_SECONDS = MetricSpec(
     PREFIX + "engine_queue_seconds",
@@ -116,6 +128,9 @@ ALL_METRICS = (
     REJECTED,
     BATCH_SIZE,
     RUNNING_ROWS,
+    CAPACITY_ROWS,
+    WAITING_TEXTS,
+    WAITING_ROWS,
     ENGINE_STEPS,
     QUEUE_SECONDS,
     FIRST_TOKEN_SECONDS,
@@ -145,6 +160,16 @@ def exported_names(spec: MetricSpec) -> list[str]:
     if spec.kind == "histogram":
         return [spec.name + suffix for suffix in ("_bucket", "_sum", "_count")]
     return [spec.name]
+
+
+@dataclass(frozen=True)
+class EngineLoad:
+    """What the engine holds right now: its running batch, its capacity and what waits to join."""
+
+    running_rows: int
+    capacity_rows: int
+    waiting_texts: int
+    waiting_rows: int
 
 
 class FrontMetrics:
@@ -249,9 +274,12 @@ class FrontMetrics:
         self.flush()
 
     # -- what the front model reports ----------------------------------------------------
-    def engine(self, running_rows: int, steps: int, queue_seconds: Iterable[float], first_token: Iterable[float]):
-        """The engine since the last report: its running batch now, steps run, waits and first-token times."""
-        self._set(RUNNING_ROWS, running_rows)
+    def engine(self, load: EngineLoad, steps: int, queue_seconds: Iterable[float], first_token: Iterable[float]):
+        """The engine since the last report: its load now, steps run, waits and first-token times."""
+        self._set(RUNNING_ROWS, load.running_rows)
+        self._set(CAPACITY_ROWS, load.capacity_rows)
+        self._set(WAITING_TEXTS, load.waiting_texts)
+        self._set(WAITING_ROWS, load.waiting_rows)
         self._add(ENGINE_STEPS, steps)
         self._observe(QUEUE_SECONDS, queue_seconds)
         self._observe(FIRST_TOKEN_SECONDS, first_token)
