@@ -42,10 +42,11 @@ repository: venv  ## generate the Triton configs from tasks/*.toml, export the c
 serve: repository  ## start Triton on 127.0.0.1 (HTTP 8000, gRPC 8001, metrics 8002); Ctrl-C stops it
 	$(PY) -m serving
 
-lint: venv  ## ruff, and the import contracts of pyproject.toml (lint-imports)
+lint: venv  ## ruff, the import contracts of pyproject.toml (lint-imports), and mypy (strict: engine, SDK, tasks)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(VENV)/bin/lint-imports
+	$(PY) -m mypy
 
 test-tools:  ## install the Debian tools the tests start (Prometheus, Docker engine, docker-compose, mmdebstrap; root)
 	@bash tests/tools.sh

@@ -272,7 +272,11 @@ def format_result(task: str, text: str, result: Any, as_json: bool) -> str:
 
     A task with several outputs prints them all, then the text; a task with one prints just its answer.
     """
-    fields = asdict(result) if is_dataclass(result) else {endpoint(task).outputs[0].lower(): result}
+    fields = (
+        asdict(result)
+        if is_dataclass(result) and not isinstance(result, type)
+        else {endpoint(task).outputs[0].lower(): result}
+    )
     if as_json:
         return json.dumps({"text": text, **fields}, ensure_ascii=False)
     if len(fields) == 1:

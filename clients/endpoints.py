@@ -17,6 +17,7 @@ from functools import cache
 from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
+from numpy.typing import NDArray
 
 from .errors import BAD_RESPONSE, ClientError
 from .task_definitions import TEXT_INPUT, Option, Task, get, registry
@@ -30,7 +31,7 @@ PYTHON_TYPES = {"string": str, "fp32": float, "int32": int, "int64": int}
 class InferResultLike(Protocol):
     """The part of tritonclient's gRPC and HTTP `InferResult` that decoding needs."""
 
-    def as_numpy(self, name: str) -> np.ndarray | None: ...
+    def as_numpy(self, name: str) -> NDArray[Any] | None: ...
 
 
 class InferInputFactory(Protocol):
@@ -71,12 +72,12 @@ def normalize_texts(texts: str | Sequence[str]) -> list[str]:
     return batch
 
 
-def text_tensor(texts: Sequence[str]) -> np.ndarray:
+def text_tensor(texts: Sequence[str]) -> NDArray[Any]:
     """The ``TEXT`` tensor: one UTF-8 encoded row per text, shape [N, 1], dtype object (Triton BYTES)."""
     return np.array([[text.encode("utf-8")] for text in texts], dtype=np.object_).reshape(len(texts), 1)
 
 
-def int_option_tensor(keyword: str, value: int, rows: int) -> np.ndarray:
+def int_option_tensor(keyword: str, value: object, rows: int) -> NDArray[Any]:
     """An INT32 [rows, 1] tensor repeating `value`, after checking it is an int that fits in INT32."""
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
         raise TypeError(f"{keyword} must be an int, got {type(value).__name__}")
@@ -85,7 +86,7 @@ def int_option_tensor(keyword: str, value: int, rows: int) -> np.ndarray:
     return np.full((rows, 1), value, dtype=np.int32)
 
 
-def string_option_tensor(keyword: str, value: str, rows: int) -> np.ndarray:
+def string_option_tensor(keyword: str, value: object, rows: int) -> NDArray[Any]:
     """A BYTES [rows, 1] tensor repeating `value` as UTF-8, after checking it is a str. Like an int's range,
     whether it is one of the option's choices is left to the server, whose error names them."""
     if not isinstance(value, str):
@@ -93,7 +94,7 @@ def string_option_tensor(keyword: str, value: str, rows: int) -> np.ndarray:
     return np.full((rows, 1), value.encode("utf-8"), dtype=np.object_)
 
 
-def option_tensor(option: Option, value: int | str, rows: int) -> np.ndarray:
+def option_tensor(option: Option, value: int | str, rows: int) -> NDArray[Any]:
     """The tensor of `option` set to `value` on every row: BYTES for a string option, else INT32."""
     if option.choices:
         return string_option_tensor(option.keyword, value, rows)
@@ -118,14 +119,14 @@ def build_inputs(
     return [_to_infer_input(name, array, infer_input) for name, array in tensors.items()]
 
 
-def _to_infer_input(name: str, array: np.ndarray, infer_input: InferInputFactory) -> Any:
+def _to_infer_input(name: str, array: NDArray[Any], infer_input: InferInputFactory) -> Any:
     datatype = "BYTES" if array.dtype == np.object_ else "INT32"
     tensor = infer_input(name, list(array.shape), datatype)
     tensor.set_data_from_numpy(array)
     return tensor
 
 
-def output_rows(result: InferResultLike, name: str, rows: int) -> np.ndarray:
+def output_rows(result: InferResultLike, name: str, rows: int) -> NDArray[Any]:
     """Output `name` with one entry (of any shape) per input row; `ClientError` if the server broke the contract."""
     array = result.as_numpy(name)
     if array is None:
@@ -136,7 +137,7 @@ def output_rows(result: InferResultLike, name: str, rows: int) -> np.ndarray:
     return array
 
 
-def output_column(result: InferResultLike, name: str, rows: int) -> np.ndarray:
+def output_column(result: InferResultLike, name: str, rows: int) -> NDArray[Any]:
     """Output `name` as one value per input row; `ClientError` if the server broke the contract."""
     column = output_rows(result, name, rows)
     if column.size != rows:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
+from numpy.typing import NDArray
 
 from .endpoints import Endpoint, InferResultLike, as_text, endpoint, options_of, output_rows, text_decoder
 from .task_definitions import get as get_task
@@ -28,7 +28,7 @@ class TranslationAlignment:
     translation: str
     source_tokens: list[str]
     target_tokens: list[str]
-    attention: np.ndarray
+    attention: NDArray[Any]
 
     def strongest_sources(self, layer: int = -1) -> list[tuple[str, str]]:
         """(target token, the source token it attended to most) in one layer, the last by default."""
@@ -47,8 +47,8 @@ class SentimentAttention:
     label: str
     score: float
     tokens: list[str]
-    attention: np.ndarray
-    rollout: np.ndarray
+    attention: NDArray[Any]
+    rollout: NDArray[Any]
 
 
 def token_rows(result: InferResultLike, name: str, rows: int) -> list[list[str]]:
@@ -93,6 +93,6 @@ def explain_endpoint(task: str) -> Endpoint[Any]:
     return Endpoint(twin.name, tuple(t.name for t in twin.outputs), DECODERS[task], options_of(definition))
 
 
-def explain_options(options: Mapping[str, int | None]) -> dict[str, int]:
+def explain_options(options: Mapping[str, int | str | None]) -> dict[str, int | str]:
     """Only the options that were set: `sentiment` has none, and naming one for it is a TypeError."""
     return {keyword: value for keyword, value in options.items() if value is not None}

@@ -21,7 +21,7 @@ EXAMPLE = 'python -m clients explain translate "我爱你。" --png alignment.pn
 SENTIMENT_EXAMPLE = "python -m clients explain sentiment 这部电影不差 --png attention.png --layer 0"
 
 
-def add_explain_parser(commands: Any) -> argparse.ArgumentParser:
+def add_explain_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """The `explain` sub-command (the caller adds the shared generation and connection flags)."""
     summary = "show what a model attended to: tokens and attention matrices, optionally as a PNG heatmap"
     parser = commands.add_parser(
@@ -57,7 +57,7 @@ def png_paths(path: Path, count: int) -> list[Path]:
 
 def pick_layer(attention: Any, layer: int) -> int:
     """`layer` as a non-negative index into attention [layers, ...]; ValueError names the valid range."""
-    layers = attention.shape[0]
+    layers = int(attention.shape[0])
     if not -layers <= layer < layers:
         raise ValueError(f"--layer {layer}: the model has {layers} layers (0..{layers - 1}, or -1 for the last)")
     return layer % layers

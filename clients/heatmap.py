@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 DPI = 100
 CELL_IN = 0.42  # inches per matrix cell
@@ -80,7 +82,7 @@ def figure_pixels(rows: int, cols: int) -> tuple[int, int]:
 
 
 def render_heatmap(
-    matrix: np.ndarray,
+    matrix: NDArray[Any],
     row_labels: Sequence[str],
     col_labels: Sequence[str],
     path: str | Path,

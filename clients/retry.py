@@ -61,7 +61,7 @@ class RetryPolicy:
         if retry_number < 1:
             raise ValueError(f"retry_number starts at 1, got {retry_number}")
         exponent = min(retry_number - 1, 62)  # 2**62 already exceeds any sane cap; avoids float overflow
-        return min(self.max_delay_s, self.base_delay_s * 2**exponent)
+        return min(self.max_delay_s, self.base_delay_s * 2.0**exponent)
 
     def delay(self, retry_number: int, rng: random.Random | None = None) -> float:
         """The wait before retry `retry_number`: the cap itself, or uniform in [0, cap] with jitter."""

@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from .endpoints import option_tensor, options_of, text_tensor
 from .errors import BAD_RESPONSE, ClientError, translated_errors
@@ -43,7 +44,7 @@ def stream_model(task: str) -> tuple[str, str, Mapping[str, Option]]:
     return definition.stream.name, definition.stream.outputs[0].name, options_of(definition)
 
 
-def _inputs(text: str, options: Mapping[str, int | str | None], known: Mapping[str, Option]) -> dict[str, np.ndarray]:
+def _inputs(text: str, options: Mapping[str, int | str | None], known: Mapping[str, Option]) -> dict[str, NDArray[Any]]:
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
     unknown = set(options) - set(known)
@@ -56,7 +57,9 @@ def _inputs(text: str, options: Mapping[str, int | str | None], known: Mapping[s
     return tensors
 
 
-def _grpc_inputs(module: Any, text: str, options: Mapping[str, int | str | None], known: Mapping[str, Option]) -> list:
+def _grpc_inputs(
+    module: Any, text: str, options: Mapping[str, int | str | None], known: Mapping[str, Option]
+) -> list[Any]:
     inputs = []
     for name, array in _inputs(text, options, known).items():
         tensor = module.InferInput(name, list(array.shape), "BYTES" if array.dtype == np.object_ else "INT32")
@@ -202,9 +205,9 @@ def _sse_piece(line: bytes, output: str, url: str) -> str | None:
     event = json.loads(line[len(b"data:") :])
     if "error" in event:
         raise ClientError(event["error"], "400", url)
-    if output not in event:
-        raise ClientError(f"a streamed event has no {output}: {event}", BAD_RESPONSE, url)
-    return event[output]
+    if not isinstance(event.get(output), str):
+        raise ClientError(f"a streamed event has no text {output}: {event}", BAD_RESPONSE, url)
+    return str(event[output])
 
 
 def http_stream(
@@ -237,6 +240,6 @@ def _error_text(body: bytes) -> str:
     if body.startswith(b"data:"):
         body = body[len(b"data:") :]
     try:
-        return json.loads(body)["error"]
+        return str(json.loads(body)["error"])
     except (ValueError, KeyError, TypeError):
         return body.decode("utf-8", "replace")

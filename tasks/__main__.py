@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .definition import PATH_VARIABLE, DefinitionError, registry
+from .definition import PATH_VARIABLE, DefinitionError, Task, registry
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def generation_problems(task, repository: Path) -> list[str]:
+def generation_problems(task: Task, repository: Path) -> list[str]:
     """Where the built step graphs of the task's engine endpoints break the generation contract, and where its
     num_beams range asks for more beams than the contract's top-k serves. An endpoint not built yet is skipped."""
     from . import generation_contract as contract

@@ -22,7 +22,7 @@ from typing import Any
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10 (the SDK's oldest): the same parser as a package
-    import tomli as tomllib
+    import tomli as tomllib  # type: ignore[no-redef]
 
 BUILTIN_DIR = Path(__file__).resolve().parent
 PATH_VARIABLE = "ROPESERVE_TASKS_PATH"  # more definition folders, os.pathsep-separated (a task of your own)
@@ -345,7 +345,7 @@ def _endpoint(
 
 
 def _precision(r: _Reader) -> str:
-    precision = r.get("precision", str, "fp32")
+    precision = str(r.get("precision", str, "fp32"))
     if precision not in ("fp32", "int8"):
         raise r.fail("precision", f"must be fp32 or int8, got {precision!r}")
     return precision

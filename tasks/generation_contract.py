@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 MAX_BEAMS = 8
 TOP_K = 2 * MAX_BEAMS  # a beam search of k beams reads 2·k candidates per row
@@ -91,7 +92,7 @@ class Layout:
         return self.top_k // 2
 
 
-def layout(inputs: dict[str, list], outputs: dict[str, list]) -> Layout:
+def layout(inputs: dict[str, list[int | str]], outputs: dict[str, list[int | str]]) -> Layout:
     """The layout of a decoder graph from its inputs' and outputs' shapes (name → dims, a dim an int when static);
     raises ValueError naming what breaks the contract."""
     n_layers = sum(1 for name in inputs if name.startswith("past_key_self_"))
@@ -103,15 +104,14 @@ def layout(inputs: dict[str, list], outputs: dict[str, list]) -> Layout:
         raise ValueError(f"decoder outputs are {list(outputs)}; the contract wants {expected_out}")
     _, heads, _, head_dim = inputs["past_key_self_0"] if n_layers else (0, 0, 0, 0)
     vocab, top_k = outputs[LOG_PROBS][1], outputs[TOP_IDS][1]
-    static = {"heads": heads, "head_dim": head_dim, "vocabulary": vocab, "top-k": top_k}
-    dynamic = [what for what, dim in static.items() if not isinstance(dim, int)]
+    dims = {"heads": heads, "head_dim": head_dim, "vocabulary": vocab, "top-k": top_k}
+    static = {what: dim for what, dim in dims.items() if isinstance(dim, int)}
+    dynamic = [what for what in dims if what not in static]
     if n_layers == 0 or n_cross == 0 or dynamic:
-        raise ValueError(
-            f"decoder must have self and cross caches with static {', '.join(static)} (dynamic: {dynamic})"
-        )
-    if top_k < 2:
+        raise ValueError(f"decoder must have self and cross caches with static {', '.join(dims)} (dynamic: {dynamic})")
+    if static["top-k"] < 2:
         raise ValueError(f"decoder's {TOP_IDS} holds {top_k} tokens per row; beam search needs at least 2")
-    return Layout(n_layers, n_cross, heads, head_dim, vocab, top_k)
+    return Layout(n_layers, n_cross, static["heads"], static["head_dim"], static["vocabulary"], static["top-k"])
 
 
 def check_graphs(folder: Path, precision: str = "fp32") -> list[str]:
@@ -152,11 +152,11 @@ def check_graphs(folder: Path, precision: str = "fp32") -> list[str]:
     return problems
 
 
-def _dims(value) -> list:
+def _dims(value: Any) -> list[int | str]:
     return [d.dim_value if d.HasField("dim_value") else d.dim_param for d in value.type.tensor_type.shape.dim]
 
 
-def _typed(where: str, role: str, tensors: dict, types: dict[str, int]) -> list[str]:
+def _typed(where: str, role: str, tensors: dict[str, Any], types: dict[str, int]) -> list[str]:
     names = {INT32: "int32", INT64: "int64", FLOAT: "float32"}
     return [
         f"{where}: {role} {name} is type {tensors[name][0]}, the contract wants {names[kind]}"

@@ -96,7 +96,7 @@ def onnx_config(task: Task, model: OnnxModel, variant: str | None) -> str:
 
 
 def _text(config: pb.ModelConfig) -> str:
-    return text_format.MessageToString(config, use_short_repeated_primitives=True)
+    return str(text_format.MessageToString(config, use_short_repeated_primitives=True))
 
 
 def config_files(task: Task) -> dict[Path, str]:

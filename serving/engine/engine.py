@@ -36,9 +36,11 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
+from numpy.typing import NDArray
 
 from serving.engine import search
 from serving.engine.config import EngineConfig
@@ -81,8 +83,15 @@ class Job:
     # (a document's, or a large batch's) yields to interactive ones: see Engine.bulk_rows.
     group: object = None
     bulk: bool = False
-    sequence: search.SourceSearch | None = None
+    sequence: search.SourceSearch | None = None  # set when it joins the running batch
     sent: int = 0  # tokens already passed to on_tokens
+
+    @property
+    def state(self) -> search.SourceSearch:
+        """Its search, once it joined the running batch (what every step works on)."""
+        if self.sequence is None:
+            raise RuntimeError("the job has not joined the running batch")
+        return self.sequence
 
 
 @dataclass
@@ -234,7 +243,7 @@ class Engine:
     def _admit(self) -> list[Job]:
         """Pending jobs that fit (cancelled ones answered and dropped), each with a fresh search."""
         with self._wake:
-            admitted = []
+            admitted: list[Job] = []
             rows = sum(job.num_beams for job in self._jobs)
             # An encoder call costs about the same for one source or eight: while the batch is nearly full,
             # wait for a quarter of it to free up (a few steps) and encode the newcomers together.
@@ -300,7 +309,7 @@ class Engine:
                 buffer[rows, :, :columns] = output
             self._cross_mask[rows, :columns] = mask
 
-    def _encode_group(self, sources: list[list[int]]) -> tuple[list[np.ndarray], np.ndarray]:
+    def _encode_group(self, sources: list[list[int]]) -> tuple[list[NDArray[Any]], NDArray[Any]]:
         """One encoder call, padded to the longest source."""
         ids = np.zeros((len(sources), max(map(len, sources))), np.int32)
         for i, source in enumerate(sources):
@@ -366,11 +375,11 @@ class Engine:
             return True
         return False
 
-    def _decode(self) -> tuple[np.ndarray, np.ndarray | None]:
+    def _decode(self) -> tuple[NDArray[Any], NDArray[Any] | None]:
         """One decoder step for every row: each row's best TOP_K (log-probabilities, token ids), n-gram blocking
         applied (`_block_ngrams`); or, the rare step where that is not exact, all its log-probabilities (ids None:
         column = token id)."""
-        beams = [beam for job in self._jobs for beam in job.sequence.row_beams()]
+        beams = [beam for job in self._jobs for beam in job.state.row_beams()]
         rows = len(beams)
         positions = np.array([len(beam) - 1 for beam in beams], np.int64)
         self._reserve(rows, int(positions.max()) + 1)
@@ -406,8 +415,8 @@ class Engine:
         return scores, ids
 
     def _block_ngrams(
-        self, top_scores: np.ndarray, top_ids: np.ndarray, all_log_probs: Callable[[], np.ndarray]
-    ) -> tuple[np.ndarray, np.ndarray | None]:
+        self, top_scores: NDArray[Any], top_ids: NDArray[Any], all_log_probs: Callable[[], NDArray[Any]]
+    ) -> tuple[NDArray[Any], NDArray[Any] | None]:
         """Tokens that would repeat an n-gram of their row's sequence get the lowest score, in place. A search of k
         beams reads each row's 2·k best tokens, and those are among its TOP_K best as long as no more than
         TOP_K − 2·k of them are blocked; most rows have none blocked. A step where some row has more blocked
@@ -418,7 +427,7 @@ class Engine:
         blocked: list[tuple[int, list[int]]] = []  # (row, its blocked tokens)
         row = 0
         for job in self._jobs:
-            for sequence in job.sequence.row_beams():
+            for sequence in job.state.row_beams():
                 banned = repeated_ngram_tokens(sequence, n)
                 if banned:
                     blocked.append((row, banned))
@@ -433,13 +442,13 @@ class Engine:
             log_probs[row, banned] = LOWEST
         return log_probs, None
 
-    def _dispatch(self, scores: np.ndarray, ids: np.ndarray | None) -> None:
+    def _dispatch(self, scores: NDArray[Any], ids: NDArray[Any] | None) -> None:
         """Every source takes its step; finished and cancelled ones leave; the next step's rows are noted."""
         starts = np.cumsum([0] + [job.num_beams for job in self._jobs])
         parents = self._search(scores, ids, starts)
         leaving: set[int] = set()
         # Jobs that took their first step report first: their first token is what a streaming client waits for.
-        for index in sorted(range(len(self._jobs)), key=lambda index: self._jobs[index].sequence.steps != 1):
+        for index in sorted(range(len(self._jobs)), key=lambda index: self._jobs[index].state.steps != 1):
             job = self._jobs[index]
             if job.cancelled():
                 job.on_tokens([], True)
@@ -453,7 +462,7 @@ class Engine:
                 _fail([job], f"answering failed: {err}")
                 leaving.add(index)
                 continue
-            if job.sequence.finished:
+            if job.state.finished:
                 leaving.add(index)
         staying = [index for index in range(len(self._jobs)) if index not in leaving]  # the jobs that continue
         order = self._fill_gaps(staying, starts.tolist())
@@ -467,7 +476,7 @@ class Engine:
             if moved:
                 destinations += [to for to, _ in moved]
                 origins += [of for _, of in moved]
-                columns = max(columns, job.sequence.steps)  # one key cached per step taken
+                columns = max(columns, job.state.steps)  # one key cached per step taken
             row += job.num_beams
         self._moves = (destinations, origins, columns) if destinations else None
         self._keep_sources = None if order == list(range(len(self._jobs))) else order
@@ -491,7 +500,7 @@ class Engine:
             places[next(holes)] = places.pop(place)
         return [places[place] for place in range(len(staying))]
 
-    def _search(self, scores: np.ndarray, ids: np.ndarray | None, starts: np.ndarray) -> list[list[int]]:
+    def _search(self, scores: NDArray[Any], ids: NDArray[Any] | None, starts: NDArray[Any]) -> list[list[int]]:
         """Each source's step; the argmax and top-k work is done for all sources of one beam width at once.
 
         scores [R, C]: per row its best C log-probabilities with their token ids `ids` (C = TOP_K), or all of them
@@ -510,24 +519,24 @@ class Engine:
                 best = scores[rows].argmax(axis=1)
                 tokens = best if ids is None else ids[rows, best]
                 for i, token in zip(members, tokens.tolist()):
-                    parents[i] = self._jobs[i].sequence.take_token(token)
+                    parents[i] = self._jobs[i].state.take_token(token)
                 continue
-            beam_scores = np.stack([self._jobs[i].sequence.row_scores() for i in members])  # [n, k]
+            beam_scores = np.stack([self._jobs[i].state.row_scores() for i in members])  # [n, k]
             flat = (scores[rows].reshape(len(members), k, columns) + beam_scores[:, :, None]).reshape(len(members), -1)
             picked, values = best_candidates(flat, 2 * k)  # indices into [k × C]
             if ids is not None:  # [k × TOP_K] positions → [k × V] positions
                 tokens = np.take_along_axis(ids[rows].reshape(len(members), -1), picked, axis=1)
                 picked = (picked // columns) * self.vocab + tokens
             for n, i in enumerate(members):
-                parents[i] = self._jobs[i].sequence.take_candidates(picked[n], values[n], self.vocab)
+                parents[i] = self._jobs[i].state.take_candidates(picked[n], values[n], self.vocab)
         return parents
 
-    def _force_eos(self, scores: np.ndarray, ids: np.ndarray | None, starts: np.ndarray) -> None:
+    def _force_eos(self, scores: NDArray[Any], ids: NDArray[Any] | None, starts: NDArray[Any]) -> None:
         """The rows of sources about to take their last step may only end (Hugging Face's forced_eos_token_id):
         eos at log-probability 0, every other token at the lowest score, in place."""
         eos = self.decoding.eos_id
         for job, start in zip(self._jobs, starts.tolist()):
-            if job.sequence.steps != job.max_new_tokens - 1:
+            if job.state.steps != job.max_new_tokens - 1:
                 continue
             rows = slice(start, start + job.num_beams)
             scores[rows] = LOWEST
@@ -537,11 +546,11 @@ class Engine:
                 scores[rows, 0], ids[rows, 0] = 0.0, eos
 
     def _report(self, job: Job) -> None:
-        seq = job.sequence
+        seq = job.state
         if seq.steps == 1:  # its first token (or its end) is known now
             self.stats.first_token_seconds.append(time.perf_counter() - job.submitted)
         stable = seq.stable_tokens()
-        if seq.finished:
+        if seq.result is not None:
             self.stats.generated_tokens += len(seq.result)
             job.on_tokens(stable[job.sent :], True)
         elif len(stable) > job.sent:
@@ -574,7 +583,7 @@ def _doubled(have: int, need: int) -> int:
     return have if need <= have else max(need, 2 * have)
 
 
-def _resized(buffer: np.ndarray, rows: int, columns: int, kept_rows: int) -> np.ndarray:
+def _resized(buffer: NDArray[Any], rows: int, columns: int, kept_rows: int) -> NDArray[Any]:
     """A zeroed [rows, H, columns, Dh] array holding buffer's first `kept_rows` rows, in the columns that fit."""
     out = np.zeros((rows, buffer.shape[1], columns, buffer.shape[3]), buffer.dtype)
     keep = min(columns, buffer.shape[2])

@@ -15,8 +15,10 @@ instead, which differ only in when a search stops and in its last step.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from serving.engine.hypotheses import Hypotheses
 
@@ -24,7 +26,7 @@ INITIAL_BEAM_SCORE = np.float32(-1e9)  # beams 1..k-1 at the first step, so the 
 LOWEST = np.finfo(np.float32).min
 
 
-def best_candidates(scores: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+def best_candidates(scores: NDArray[Any], count: int) -> tuple[NDArray[Any], NDArray[Any]]:
     """For each row of scores [n, K]: the `count` best column indices and their scores, best first; equal scores
     keep the lower index first (the order of torch.topk, which the reference uses)."""
     picked = np.argpartition(-scores, count - 1, axis=1)[:, :count]
@@ -70,7 +72,7 @@ class SourceSearch:
     def finished(self) -> bool:
         return self.result is not None
 
-    def row_scores(self) -> np.ndarray:
+    def row_scores(self) -> NDArray[Any]:
         """The beam score of each of its rows [num_beams]: 0 for beam 0 and -1e9 for the others at the first
         step (their rows are copies of beam 0's), so that the beams differ."""
         if len(self.scores) == self.num_beams:
@@ -91,7 +93,7 @@ class SourceSearch:
             return []
         return [0]
 
-    def take_candidates(self, indices: np.ndarray, scores: np.ndarray, vocab: int) -> list[int]:
+    def take_candidates(self, indices: NDArray[Any], scores: NDArray[Any], vocab: int) -> list[int]:
         """Beam search: advance given the best 2·k candidates over [k × vocab] of `log_probs + row_scores()`,
         best first (flat indices and their scores). Returns, for each row of the next step, the row it
         continues (a beam reorder), or [] once finished."""

@@ -7,8 +7,8 @@ is the answer. The streaming twin sends an extractive answer whole, in one final
 
 A text longer than the scorer reads (158 tokens between [bos] and [eos]) is scored in windows of whole sentences
 (serving/frontends/windows.py), each [bos] + its tokens + [eos]; a span lies inside one window, and the best span
-over all windows is the answer. A text that fits one window is scored as a single read would score it. The abstractive mode is not
-windowed: the generator reads the first 159 tokens.
+over all windows is the answer. A text that fits one window is scored as a single read would score it. The
+abstractive mode is not windowed: the generator reads the first 159 tokens.
 """
 
 from __future__ import annotations
