@@ -54,7 +54,7 @@ test-tools:  ## install the Debian tools the tests start (Prometheus, Docker eng
 test: test-tools venv $(NGC_ORT)/.installed $(PERF_ANALYZER)/.installed repository lint wheelhouse  ## lint + the whole test suite (real Triton servers, and the compose stack: root)
 	$(PY) -m pytest -q
 
-test-unit: venv  ## the tests that start no server and export nothing (under a minute)
+test-unit: venv $(NGC_ORT)/.installed repository  ## the tests that start no server and export nothing (a few minutes)
 	$(PY) -m pytest -q -m "not server and not compose and not export"
 
 test-fast: test-tools venv $(NGC_ORT)/.installed $(PERF_ANALYZER)/.installed repository lint  ## everything but the compose stack
