@@ -6,7 +6,7 @@ and `python -m clients --help` for the command line.
 
 from .client import AsyncClient, Client
 from .endpoints import Sentiment
-from .errors import ClientError, ServerUnreachable
+from .errors import ClientError, ServerUnreachable, Status
 from .explain import SentimentAttention, TranslationAlignment
 from .retry import RetryPolicy
 
@@ -18,5 +18,6 @@ __all__ = [
     "Sentiment",
     "SentimentAttention",
     "ServerUnreachable",
+    "Status",
     "TranslationAlignment",
 ]

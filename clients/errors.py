@@ -12,12 +12,53 @@ import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from enum import Enum
 
 from tritonclient.utils import InferenceServerException
 
 UNREACHABLE = "UNREACHABLE"
 DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
 BAD_RESPONSE = "BAD_RESPONSE"
+
+
+class Status(str, Enum):  # noqa: UP042 - StrEnum is Python 3.11+, and the SDK runs on 3.10
+    """Why a request failed, the same whichever transport carried it (`ClientError.code`): gRPC's names, and
+    three of ours for failures that never produced a server answer."""
+
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"  # bad input: fix the request (HTTP 400, 411, 413, 415, 431)
+    NOT_FOUND = "NOT_FOUND"  # no such model, or it is unloaded (HTTP 404)
+    UNAVAILABLE = "UNAVAILABLE"  # overloaded or not ready yet: try again (HTTP 502, 503)
+    RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"  # a rate or quota limit (HTTP 429)
+    INTERNAL = "INTERNAL"  # the server failed (HTTP 500)
+    DEADLINE_EXCEEDED = DEADLINE_EXCEEDED  # no answer in time (HTTP 504)
+    CANCELLED = "CANCELLED"
+    UNREACHABLE = UNREACHABLE  # nothing answered at the address
+    BAD_RESPONSE = BAD_RESPONSE  # an answer that breaks the task's contract
+    UNKNOWN = "UNKNOWN"  # anything else; `ClientError.status` has the transport's own words
+
+
+HTTP_CODES = {
+    400: Status.INVALID_ARGUMENT,
+    404: Status.NOT_FOUND,
+    411: Status.INVALID_ARGUMENT,
+    413: Status.INVALID_ARGUMENT,
+    415: Status.INVALID_ARGUMENT,
+    429: Status.RESOURCE_EXHAUSTED,
+    431: Status.INVALID_ARGUMENT,
+    500: Status.INTERNAL,
+    502: Status.UNAVAILABLE,
+    503: Status.UNAVAILABLE,
+    504: Status.DEADLINE_EXCEEDED,
+}
+
+
+def status_code(status: str | None) -> Status:
+    """The `Status` of a transport's status: ``"StatusCode.UNAVAILABLE"`` (gRPC), ``"503"`` (HTTP), or ours."""
+    name = (status or "").removeprefix("StatusCode.")
+    if name in Status.__members__:
+        return Status[name]
+    return HTTP_CODES.get(int(name), Status.UNKNOWN) if name.isdigit() else Status.UNKNOWN
+
 
 # gRPC reports "nobody listens" and "server overloaded" with the same code (UNAVAILABLE); only the message
 # tells them apart. These are the phrases grpc-core uses for connection set-up failures.
@@ -31,16 +72,17 @@ _GRPC_CONNECT_FAILURE = re.compile(
 class ClientError(Exception):
     """A request to Triton failed.
 
-    `status` says why in the transport's own words: a gRPC code such as ``"StatusCode.INVALID_ARGUMENT"``,
-    an HTTP status such as ``"400"``, or one of `UNREACHABLE`, `DEADLINE_EXCEEDED`, `BAD_RESPONSE` for
-    failures that never produced a server answer. `message` is the server's explanation (or ours) without
-    the status prefix.
+    `code` says why, the same for gRPC and HTTP (`Status`); `status` says it in the transport's own words: a
+    gRPC code such as ``"StatusCode.INVALID_ARGUMENT"``, an HTTP status such as ``"400"``, or one of
+    `UNREACHABLE`, `DEADLINE_EXCEEDED`, `BAD_RESPONSE` for failures that never produced a server answer.
+    `message` is the server's explanation (or ours) without the status prefix.
     """
 
     def __init__(self, message: str, status: str | None = None, url: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
+        self.code = status_code(status)
         self.url = url
 
     def __str__(self) -> str:

@@ -19,14 +19,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from .errors import ClientError, ServerUnreachable
+from .errors import ClientError, ServerUnreachable, Status
 
 T = TypeVar("T")
 
 log = logging.getLogger("ropeserve.client")  # one INFO record per retry: what failed and how long we wait
 
 DRAINING_MESSAGE = "has no available versions"
-DEFAULT_RETRY_STATUSES: frozenset[str] = frozenset({"StatusCode.UNAVAILABLE", "503", "429"})
+DEFAULT_RETRY_CODES: frozenset[Status] = frozenset({Status.UNAVAILABLE, Status.RESOURCE_EXHAUSTED})
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class RetryPolicy:
     base_delay_s: float = 0.1
     max_delay_s: float = 2.0
     jitter: bool = True
-    retry_statuses: frozenset[str] = DEFAULT_RETRY_STATUSES
+    retry_codes: frozenset[Status] = DEFAULT_RETRY_CODES
     retry_unreachable: bool = True
 
     def __post_init__(self) -> None:
@@ -70,13 +70,14 @@ class RetryPolicy:
 
     def is_retryable(self, error: ClientError) -> bool:
         """Whether a second try could succeed where this one failed."""
-        if isinstance(error, ServerUnreachable):
+        if isinstance(error, ServerUnreachable) or error.code is Status.UNREACHABLE:
             return self.retry_unreachable
         # A server that is draining (serving.launcher.drain) has unloaded its endpoints: another replica, or this one
-        # restarted, will answer. Triton says so with NOT_FOUND / 400 and this message.
-        if self.retry_unreachable and DRAINING_MESSAGE in error.message:
-            return True
-        return error.status in self.retry_statuses
+        # restarted, will answer. Triton says so with NOT_FOUND over gRPC but 400 over HTTP, where only this
+        # message tells it from bad input.
+        if self.retry_unreachable and error.code in (Status.NOT_FOUND, Status.INVALID_ARGUMENT):
+            return DRAINING_MESSAGE in error.message
+        return error.code in self.retry_codes
 
     def next_delay(self, error: ClientError, attempt: int, rng: random.Random | None = None) -> float | None:
         """Seconds to wait after failed attempt number `attempt` (1-based), or None to give up and raise."""

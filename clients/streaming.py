@@ -29,7 +29,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .endpoints import option_tensor, options_of, text_tensor
-from .errors import BAD_RESPONSE, ClientError, translated_errors
+from .errors import BAD_RESPONSE, DEADLINE_EXCEEDED, ClientError, translated_errors
 from .task_definitions import Option
 from .task_definitions import get as get_task
 
@@ -86,9 +86,7 @@ def grpc_stream(
             try:
                 result, error = answers.get(timeout=timeout_s)
             except queue.Empty:
-                raise ClientError(
-                    f"no response from {model} within {timeout_s:g} s", "DEADLINE_EXCEEDED", url
-                ) from None
+                raise ClientError(f"no response from {model} within {timeout_s:g} s", DEADLINE_EXCEEDED, url) from None
             if error is not None:
                 with translated_errors(url, timeout_s):
                     raise error
@@ -144,7 +142,7 @@ async def grpc_stream_async(
         try:
             item = await asyncio.wait_for(received.get(), timeout_s)
         except TimeoutError:
-            raise ClientError(f"no response from {model} within {timeout_s:g} s", "DEADLINE_EXCEEDED", url) from None
+            raise ClientError(f"no response from {model} within {timeout_s:g} s", DEADLINE_EXCEEDED, url) from None
         if item is None:
             return
         result, error = item

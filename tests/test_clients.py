@@ -35,6 +35,7 @@ from clients import (
     RetryPolicy,
     Sentiment,
     ServerUnreachable,
+    Status,
     cli,
 )
 from clients.endpoints import (
@@ -339,7 +340,31 @@ def test_retry_decision_respects_attempts_and_switches() -> None:
     assert policy.next_delay(overloaded, 3) is None
     assert RetryPolicy.disabled().next_delay(overloaded, 1) is None
     assert RetryPolicy(retry_unreachable=False).next_delay(ServerUnreachable("refused"), 1) is None
-    assert RetryPolicy(retry_statuses=frozenset({"500"})).is_retryable(ClientError("x", "500"))
+    assert RetryPolicy(retry_codes=frozenset({Status.INTERNAL})).is_retryable(ClientError("x", "500"))
+    assert RetryPolicy(retry_codes=frozenset({Status.INTERNAL})).is_retryable(ClientError("x", "StatusCode.INTERNAL"))
+
+
+@pytest.mark.parametrize(
+    ("grpc", "http", "code"),
+    [
+        ("StatusCode.INVALID_ARGUMENT", "400", Status.INVALID_ARGUMENT),
+        ("StatusCode.NOT_FOUND", "404", Status.NOT_FOUND),
+        ("StatusCode.UNAVAILABLE", "503", Status.UNAVAILABLE),
+        ("StatusCode.RESOURCE_EXHAUSTED", "429", Status.RESOURCE_EXHAUSTED),
+        ("StatusCode.INTERNAL", "500", Status.INTERNAL),
+        ("StatusCode.DEADLINE_EXCEEDED", "504", Status.DEADLINE_EXCEEDED),
+        ("StatusCode.PERMISSION_DENIED", "418", Status.UNKNOWN),
+    ],
+)
+def test_one_status_code_whichever_transport_failed(grpc: str, http: str, code: Status) -> None:
+    assert ClientError("x", grpc).code is ClientError("x", http).code is code
+
+
+def test_our_own_failures_have_codes_of_their_own() -> None:
+    assert ServerUnreachable("refused", UNREACHABLE).code is Status.UNREACHABLE
+    assert ClientError("slow", DEADLINE_EXCEEDED).code is Status.DEADLINE_EXCEEDED
+    assert ClientError("broken", BAD_RESPONSE).code is Status.BAD_RESPONSE
+    assert ClientError("no status").code is Status.UNKNOWN
 
 
 @pytest.mark.parametrize("kwargs", [{"max_attempts": 0}, {"base_delay_s": -1.0}, {"max_delay_s": -0.5}], ids=str)

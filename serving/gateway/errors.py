@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from starlette.responses import JSONResponse
 
-from clients import ClientError
+from clients import ClientError, Status
 
 # DeepL's status for "the character quota of this key is spent" (its clients raise QuotaExceededException).
 QUOTA_EXCEEDED = 456
@@ -39,11 +39,10 @@ def error_response(path: str, error: GatewayError) -> JSONResponse:
 def from_client_error(error: ClientError) -> GatewayError:
     """Triton's answer as the gateway's: bad input stays 400 with Triton's message (it names the problem);
     overload and an unreachable server are 503, which DeepL's and our clients retry; a timeout is 504."""
-    status = str(error.status or "")
-    if status.endswith("INVALID_ARGUMENT") or status == "400":
+    if error.code is Status.INVALID_ARGUMENT:
         return GatewayError(400, error.message)
-    if status.endswith("DEADLINE_EXCEEDED"):
+    if error.code is Status.DEADLINE_EXCEEDED:
         return GatewayError(504, f"the model did not answer in time: {error.message}")
-    if status.endswith("UNAVAILABLE") or status in ("503", "429", "UNREACHABLE"):
+    if error.code in (Status.UNAVAILABLE, Status.RESOURCE_EXHAUSTED, Status.UNREACHABLE):
         return GatewayError(503, f"the model server is busy or unreachable, retry later: {error.message}", 1)
     return GatewayError(502, f"the model server failed: {error.message}")
