@@ -42,16 +42,14 @@ def _inputs(text: str, beams: int, new_tokens: int) -> list[Any]:
     import numpy as np
     import tritonclient.grpc as grpcclient
 
-    tensors = []
-    for name, array in (
+    from clients.endpoints import to_infer_input
+
+    arrays = (
         ("TEXT", np.array([[text.encode("utf-8")]], dtype=np.object_)),
         ("NUM_BEAMS", np.array([[beams]], dtype=np.int32)),
         ("MAX_NEW_TOKENS", np.array([[new_tokens]], dtype=np.int32)),
-    ):
-        tensor = grpcclient.InferInput(name, list(array.shape), "BYTES" if array.dtype == np.object_ else "INT32")
-        tensor.set_data_from_numpy(array)
-        tensors.append(tensor)
-    return tensors
+    )
+    return [to_infer_input(name, array, grpcclient.InferInput) for name, array in arrays]
 
 
 def _streamed(url: str, task: str, text: str, beams: int, new_tokens: int) -> tuple[float, float, str]:

@@ -42,11 +42,10 @@ def cancelled_stream(url: str, text: str, abandon: bool) -> str:
     import numpy as np
     import tritonclient.grpc as grpcclient
 
-    inputs = []
-    for name, array in (("TEXT", np.array([[text.encode()]], dtype=np.object_)), ("NUM_BEAMS", np.array([[1]], "i4"))):
-        tensor = grpcclient.InferInput(name, list(array.shape), "BYTES" if array.dtype == np.object_ else "INT32")
-        tensor.set_data_from_numpy(array)
-        inputs.append(tensor)
+    from clients.endpoints import to_infer_input
+
+    arrays = (("TEXT", np.array([[text.encode()]], dtype=np.object_)), ("NUM_BEAMS", np.array([[1]], "i4")))
+    inputs = [to_infer_input(name, array, grpcclient.InferInput) for name, array in arrays]
     answers: queue.Queue = queue.Queue()
     with grpcclient.InferenceServerClient(url) as client:
         client.start_stream(callback=lambda result, error: answers.put((result, error)))

@@ -116,12 +116,17 @@ def build_inputs(
         if value is not None:
             option = endpoint.options[keyword]
             tensors[option.input] = option_tensor(option, value, len(texts))
-    return [_to_infer_input(name, array, infer_input) for name, array in tensors.items()]
+    return [to_infer_input(name, array, infer_input) for name, array in tensors.items()]
 
 
-def _to_infer_input(name: str, array: NDArray[Any], infer_input: InferInputFactory) -> Any:
-    datatype = "BYTES" if array.dtype == np.object_ else "INT32"
-    tensor = infer_input(name, list(array.shape), datatype)
+def datatype_of(array: NDArray[Any]) -> str:
+    """The Triton datatype of a request tensor: text (dtype object) goes as BYTES, every option as INT32."""
+    return "BYTES" if array.dtype == np.object_ else "INT32"
+
+
+def to_infer_input(name: str, array: NDArray[Any], infer_input: InferInputFactory) -> Any:
+    """`array` as tritonclient's ``InferInput`` (gRPC or HTTP, sync or asyncio: ``infer_input`` is its class)."""
+    tensor = infer_input(name, list(array.shape), datatype_of(array))
     tensor.set_data_from_numpy(array)
     return tensor
 

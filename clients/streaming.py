@@ -25,10 +25,9 @@ import urllib.request
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
-import numpy as np
 from numpy.typing import NDArray
 
-from .endpoints import option_tensor, options_of, text_tensor
+from .endpoints import option_tensor, options_of, text_tensor, to_infer_input
 from .errors import BAD_RESPONSE, DEADLINE_EXCEEDED, ClientError, translated_errors
 from .task_definitions import Option
 from .task_definitions import get as get_task
@@ -60,12 +59,7 @@ def _inputs(text: str, options: Mapping[str, int | str | None], known: Mapping[s
 def _grpc_inputs(
     module: Any, text: str, options: Mapping[str, int | str | None], known: Mapping[str, Option]
 ) -> list[Any]:
-    inputs = []
-    for name, array in _inputs(text, options, known).items():
-        tensor = module.InferInput(name, list(array.shape), "BYTES" if array.dtype == np.object_ else "INT32")
-        tensor.set_data_from_numpy(array)
-        inputs.append(tensor)
-    return inputs
+    return [to_infer_input(name, array, module.InferInput) for name, array in _inputs(text, options, known).items()]
 
 
 def grpc_stream(

@@ -34,10 +34,11 @@ import grpc.experimental.gevent as grpc_gevent
 
 grpc_gevent.init_gevent()  # before any gRPC channel exists: gRPC must cooperate with locust's gevent loop
 
-import numpy as np  # noqa: E402
 import tritonclient.grpc as grpcclient  # noqa: E402
 from locust import HttpUser, User, constant, events, task  # noqa: E402
 
+from clients.endpoints import build_inputs, to_infer_input  # noqa: E402
+from clients.endpoints import endpoint as sdk_endpoint  # noqa: E402
 from clients.streaming import _inputs as stream_inputs  # noqa: E402
 from clients.streaming import stream_model  # noqa: E402
 from loadtest.texts import (  # noqa: E402
@@ -210,15 +211,8 @@ class GrpcTritonUser(User):
             self.stream(request)
             return
         endpoint, text = request.endpoint, request.text
-        inputs = [grpcclient.InferInput("TEXT", [1, 1], "BYTES")]
-        inputs[0].set_data_from_numpy(np.array([[text.encode("utf-8")]], dtype=np.object_))
-        for name, value in _options(endpoint).items():
-            tensor = grpcclient.InferInput(name, [1, 1], _datatype(value))
-            if isinstance(value, str):
-                tensor.set_data_from_numpy(np.array([[value.encode("utf-8")]], dtype=np.object_))
-            else:
-                tensor.set_data_from_numpy(np.array([[value]], dtype=np.int32))
-            inputs.append(tensor)
+        options = keywords_for(endpoint, SETTINGS["option_values"])
+        inputs = build_inputs(sdk_endpoint(task_of(endpoint)), [text], options, grpcclient.InferInput)
         start = time.perf_counter()
         exception: Exception | None = None
         length = 0
@@ -249,11 +243,8 @@ class GrpcTritonUser(User):
         call = None
         try:
             model, output, known = stream_model(task_of(request.endpoint))
-            inputs = []
-            for name, array in stream_inputs(request.text, options, known).items():
-                tensor = grpcclient.InferInput(name, list(array.shape), _datatype_of(array))
-                tensor.set_data_from_numpy(array)
-                inputs.append(tensor)
+            arrays = stream_inputs(request.text, options, known)
+            inputs = [to_infer_input(name, array, grpcclient.InferInput) for name, array in arrays.items()]
             call = self.stub.ModelStreamInfer(iter([stream_request(model, inputs)]), timeout=SETTINGS["timeout"])
             for response in call:  # to the call's end: the server ends it after the final response
                 if response.error_message:
@@ -307,10 +298,6 @@ def stream_request(model: str, inputs: list[Any]) -> Any:
     )
     request.parameters["triton_enable_empty_final_response"].bool_param = True
     return request
-
-
-def _datatype_of(array: np.ndarray) -> str:
-    return "BYTES" if array.dtype == np.object_ else "INT32"
 
 
 class HttpTritonUser(HttpUser):
