@@ -102,36 +102,28 @@ def test_every_sentence_is_a_piece_and_the_layout_survives(parts, gaps):
 
 
 class Turns:
-    """The admission of serving.engine.engine.Engine alone (no ONNX sessions): which waiting jobs join."""
+    """The engine's scheduler alone (serving/engine/scheduler.py): which waiting jobs join."""
 
     def __init__(self, max_rows: int) -> None:
-        import threading
+        from serving.engine.scheduler import Scheduler
 
-        from serving.engine.engine import Engine
-        from tasks.generation_contract import Layout
-
-        self.engine = Engine.__new__(Engine)
-        self.engine.max_rows = max_rows
-        self.engine._pending = {}
-        self.engine._jobs = []
-        self.engine._interactive_at = -float("inf")
-        self.engine._wake = threading.Condition()
-        self.engine.layout = Layout(n_layers=1, n_cross=1, n_heads=1, head_dim=1, vocab=8, top_k=16)
+        self.scheduler = Scheduler(max_rows)
         self.names: dict[int, str] = {}
 
-    def submit(self, name: str, count: int, bulk: bool = False) -> None:
-        from serving.engine.engine import Job
+    def submit(self, name: str, count: int, bulk: bool = False, beams: int = 1) -> None:
+        from serving.engine.job import Job
 
         group = object()
         for i in range(count):
-            job = Job([1, 2], 4, 1, lambda tokens, final: None, group=group, bulk=bulk)
+            job = Job([1, 2], 4, beams, lambda tokens, final: None, group=group, bulk=bulk)
             self.names[id(job)] = f"{name}{i}"
-            self.engine.submit(job)
+            self.scheduler.submit(job)
 
     def admit(self, rows_in_use: int = 0) -> list[str]:
-        admitted: list = []
-        self.engine._take_turns(rows_in_use, admitted)
-        return [self.names[id(job)] for job in admitted]
+        return [self.names[id(job)] for job in self.scheduler.take_turns(rows_in_use, 0)]
+
+    def join(self, running: list) -> list[str]:
+        return [self.names[id(job)] for job in self.scheduler.admit(running)]
 
 
 def test_requests_take_turns_so_a_short_one_is_not_queued_behind_a_document():
@@ -144,7 +136,7 @@ def test_requests_take_turns_so_a_short_one_is_not_queued_behind_a_document():
 
 
 def test_bulk_work_yields_rows_to_interactive_requests():
-    from serving.engine.engine import BULK_ROWS_BESIDE_INTERACTIVE
+    from serving.engine.scheduler import BULK_ROWS_BESIDE_INTERACTIVE
 
     alone = Turns(max_rows=256)
     alone.submit("doc", 40, bulk=True)
@@ -156,3 +148,22 @@ def test_bulk_work_yields_rows_to_interactive_requests():
     admitted = shared.admit()
     assert admitted[0] == "one0"  # interactive groups go first
     assert len(admitted) == 1 + BULK_ROWS_BESIDE_INTERACTIVE
+
+
+def test_a_nearly_full_batch_encodes_newcomers_together_but_an_interactive_one_joins_at_once():
+    from serving.engine.job import Job
+
+    turns = Turns(max_rows=8)
+    running = [Job([1, 2], 4, 1, lambda tokens, final: None, bulk=True) for _ in range(7)]
+    turns.submit("doc", 1, bulk=True)
+    assert turns.join(running) == []  # 1 row free of 8: wait until a quarter is, then encode together
+    assert turns.join(running[:5]) == ["doc0"]
+    turns.submit("doc", 1, bulk=True)
+    turns.submit("one", 1)
+    assert turns.join(running) == ["one0"]  # interactive: joins now, and first
+
+
+def test_a_source_wider_than_the_whole_batch_runs_alone():
+    turns = Turns(max_rows=2)
+    turns.submit("wide", 1, beams=4)
+    assert turns.join([]) == ["wide0"]

@@ -22,6 +22,7 @@ Nothing is padded to a longer neighbour beyond the source padding of the cross-a
 (max_new_tokens, num_beams) are per source, so no grouping by settings. While every running source has the same
 beam width the decoder reads the cross-attention once per source; a batch of mixed widths gets it repeated per
 row for the step.
+Which waiting sources join the batch, and when, is the scheduler's (serving/engine/scheduler.py).
 `Engine.run_until_idle` drives the loop in the caller's thread (tests, offline use); `Engine.start` runs it in a
 background thread, which the Triton front model does.
 """
@@ -32,7 +33,6 @@ import sys
 import threading
 import time
 import traceback
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,53 +45,16 @@ from numpy.typing import NDArray
 from serving.engine import search
 from serving.engine.config import EngineConfig
 from serving.engine.hypotheses import repeated_ngram_tokens
+from serving.engine.job import Job
+from serving.engine.scheduler import Scheduler
 from serving.engine.search import LOWEST, best_candidates
 from serving.providers import inference_session
 from tasks import generation_contract as contract
-
-TokenCallback = Callable[[list[int], bool], None]  # (newly stable tokens, final)
 
 # What one more encoder call costs beyond its tokens, in padded tokens (see length_groups).
 ENCODER_CALL_TOKENS = 32
 # The cross-attention buffers' width grows and shrinks in steps of this many source tokens.
 CROSS_COLUMNS_STEP = 16
-# While interactive jobs come, bulk jobs hold at most this many rows of the running batch: a step's time grows
-# with its rows, and an interactive request's latency with it (the documents bench section measures the result:
-# a single sentence's p50 beside four 50-sentence documents, against idle). "While" lasts INTERACTIVE_HOLD_S after
-# the last interactive job arrived, so the batch is not refilled with bulk rows in the gap between one request of
-# a client and its next.
-BULK_ROWS_BESIDE_INTERACTIVE = 8
-INTERACTIVE_HOLD_S = 0.5
-
-
-@dataclass(eq=False)
-class Job:
-    """One source text submitted to the engine. `on_tokens` receives the tokens every possible answer starts
-    with as they become known, and the rest with final=True; `cancelled()` is polled once per step. If its step
-    fails (or its own callback raises), `on_error` gets the message instead and the job leaves; a job without
-    one makes the failure raise (offline use)."""
-
-    source: list[int]  # token ids, truncated and ending with eos
-    max_new_tokens: int
-    num_beams: int
-    on_tokens: TokenCallback
-    cancelled: Callable[[], bool] = lambda: False
-    on_error: Callable[[str], None] | None = None
-    submitted: float = field(default_factory=time.perf_counter)
-    # The jobs of one request (a document's sentences) share a group: waiting jobs are admitted one group at a
-    # time in turn, so a one-line request is not queued behind every sentence of someone's document. A bulk job
-    # (a document's, or a large batch's) yields to interactive ones: see Engine.bulk_rows.
-    group: object = None
-    bulk: bool = False
-    sequence: search.SourceSearch | None = None  # set when it joins the running batch
-    sent: int = 0  # tokens already passed to on_tokens
-
-    @property
-    def state(self) -> search.SourceSearch:
-        """Its search, once it joined the running batch (what every step works on)."""
-        if self.sequence is None:
-            raise RuntimeError("the job has not joined the running batch")
-        return self.sequence
 
 
 @dataclass
@@ -141,9 +104,8 @@ class Engine:
         self.decoding = config.decoding
         self.max_rows = max_rows
         self.stats = Stats()
-        self._pending: dict[object, deque[Job]] = {}  # per group, in the order the groups take turns
-        self._interactive_at = -float("inf")  # when the last interactive job was submitted
-        self._wake = threading.Condition()
+        self.scheduler = Scheduler(max_rows)
+        self._wake = self.scheduler.wake
         self._stop = False
         self._thread: threading.Thread | None = None
         self._jobs: list[Job] = []  # in row order
@@ -163,29 +125,17 @@ class Engine:
                 f"num_beams must be between 1 and {self.layout.max_beams} (the decoder returns {self.layout.top_k} "
                 f"tokens per row), got {job.num_beams}"
             )
-        with self._wake:
-            if not job.bulk:
-                self._interactive_at = time.monotonic()
-            key = id(job) if job.group is None else job.group
-            self._pending.setdefault(key, deque()).append(job)
-            self._wake.notify()
+        self.scheduler.submit(job)
 
     def queued_rows(self) -> int:
         """Rows running and waiting: the engine's backlog, which the front model bounds."""
         with self._wake:
-            waiting = sum(job.num_beams for jobs in self._pending.values() for job in jobs)
-            return waiting + sum(job.num_beams for job in self._jobs)
-
-    def waiting(self) -> tuple[int, int]:
-        """Texts and rows (texts x beams) waiting to join the running batch: the work an autoscaler should see."""
-        with self._wake:
-            jobs = [job for jobs in self._pending.values() for job in jobs]
-            return len(jobs), sum(job.num_beams for job in jobs)
+            return self.scheduler.waiting()[1] + sum(job.num_beams for job in self._jobs)
 
     def busy(self) -> bool:
         """Anything running or waiting."""
         with self._wake:
-            return bool(self._jobs or self._pending)
+            return bool(self._jobs) or self.scheduler.has_waiting()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="generation-engine", daemon=True)
@@ -206,7 +156,7 @@ class Engine:
     def _loop(self) -> None:
         while True:
             with self._wake:
-                while not (self._pending or self._jobs or self._stop):
+                while not (self._jobs or self._stop or self.scheduler.has_waiting()):
                     self._wake.wait()
                 if self._stop:
                     return
@@ -242,61 +192,12 @@ class Engine:
 
     def _admit(self) -> list[Job]:
         """Pending jobs that fit (cancelled ones answered and dropped), each with a fresh search."""
-        with self._wake:
-            admitted: list[Job] = []
-            rows = sum(job.num_beams for job in self._jobs)
-            # An encoder call costs about the same for one source or eight: while the batch is nearly full,
-            # wait for a quarter of it to free up (a few steps) and encode the newcomers together.
-            # An interactive job does not wait for that.
-            interactive_waiting = any(not jobs[0].bulk for jobs in self._pending.values())
-            if rows and self.max_rows - rows < self.max_rows // 4 and not interactive_waiting:
-                return []
-            self._take_turns(rows, admitted)
-            if not admitted and self._pending and not self._jobs:  # one source wider than max_rows
-                admitted.append(self._pop(next(iter(self._pending))))
-        admitted = [job for job in admitted if not self._refuse_cancelled(job)]
+        admitted = [job for job in self.scheduler.admit(self._jobs) if not self._refuse_cancelled(job)]
         now = time.perf_counter()
         self.stats.queue_seconds += [now - job.submitted for job in admitted]
         for job in admitted:
             job.sequence = search.SourceSearch(self.decoding, job.max_new_tokens, job.num_beams)
         return admitted
-
-    def bulk_rows(self) -> int:
-        """How many rows bulk jobs may hold now: all of them, unless an interactive job arrived in the last
-        INTERACTIVE_HOLD_S (then BULK_ROWS_BESIDE_INTERACTIVE)."""
-        if time.monotonic() - self._interactive_at < INTERACTIVE_HOLD_S:
-            return BULK_ROWS_BESIDE_INTERACTIVE
-        return self.max_rows
-
-    def _take_turns(self, rows: int, admitted: list[Job]) -> None:
-        """Admit waiting jobs into `admitted` while they fit beside the `rows` in use, one per group in turn
-        (round robin, interactive groups first); a group that had its turn goes to the back of the line. Bulk jobs
-        are admitted only while they hold fewer than :meth:`bulk_rows` rows."""
-        bulk_limit = self.bulk_rows()
-        bulk = sum(job.num_beams for job in self._jobs if job.bulk)
-        while self._pending:
-            took = False
-            for key in sorted(self._pending, key=lambda key: self._pending[key][0].bulk):  # stable
-                jobs = self._pending[key]
-                width = jobs[0].num_beams
-                if rows + width > self.max_rows or (jobs[0].bulk and bulk + width > bulk_limit):
-                    continue
-                job = self._pop(key)
-                rows += width
-                bulk += width if job.bulk else 0
-                admitted.append(job)
-                took = True
-                if key in self._pending:  # to the back of the line
-                    self._pending[key] = self._pending.pop(key)
-            if not took:
-                return
-
-    def _pop(self, key: object) -> Job:
-        jobs = self._pending[key]
-        job = jobs.popleft()
-        if not jobs:
-            del self._pending[key]
-        return job
 
     def _encode_into(self, sources: list[list[int]], first_row: int) -> None:
         """Encode the sources into the cross-attention rows from `first_row` on. Sources of similar length share an

@@ -48,7 +48,7 @@ MAX_QUEUED_ROWS = 1024
 MAX_DOCUMENT_CHARS = 10_000
 MAX_DOCUMENT_SENTENCES = 128
 # A request of more sentences than this (a document, or a batch of texts) is bulk work for the engine: it yields
-# rows to interactive requests (serving/engine/engine.py, BULK_ROWS_BESIDE_INTERACTIVE).
+# rows to interactive requests (serving/engine/scheduler.py, BULK_ROWS_BESIDE_INTERACTIVE).
 INTERACTIVE_SENTENCES = 4
 CANCEL_POLL_S = 0.1
 QUEUE_FULL = "the generation queue is full; retry later"
@@ -143,7 +143,7 @@ class EngineFront(FrontModel):
         while not self._reporting.wait(METRICS_PERIOD_S):
             stats = self.engine.stats
             waits, firsts = stats.drain()
-            texts, rows = self.engine.waiting()
+            texts, rows = self.engine.scheduler.waiting()
             load = EngineLoad(stats.running_rows, self.engine.max_rows, texts, rows)
             self.metrics.engine(load, stats.steps - steps, waits, firsts)
             steps = stats.steps

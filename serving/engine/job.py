@@ -1,0 +1,40 @@
+"""One source text submitted to the generation engine, and what it reports back."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from serving.engine.search import SourceSearch
+
+TokenCallback = Callable[[list[int], bool], None]  # (newly stable tokens, final)
+
+
+@dataclass(eq=False)
+class Job:
+    """One source text submitted to the engine. `on_tokens` receives the tokens every possible answer starts
+    with as they become known, and the rest with final=True; `cancelled()` is polled once per step. If its step
+    fails (or its own callback raises), `on_error` gets the message instead and the job leaves; a job without
+    one makes the failure raise (offline use)."""
+
+    source: list[int]  # token ids, truncated and ending with eos
+    max_new_tokens: int
+    num_beams: int
+    on_tokens: TokenCallback
+    cancelled: Callable[[], bool] = lambda: False
+    on_error: Callable[[str], None] | None = None
+    submitted: float = field(default_factory=time.perf_counter)
+    # The jobs of one request (a document's sentences) share a group, and groups take turns; a bulk job (a
+    # document's, or a large batch's) yields to interactive ones (serving/engine/scheduler.py).
+    group: object = None
+    bulk: bool = False
+    sequence: SourceSearch | None = None  # set when it joins the running batch
+    sent: int = 0  # tokens already passed to on_tokens
+
+    @property
+    def state(self) -> SourceSearch:
+        """Its search, once it joined the running batch (what every step works on)."""
+        if self.sequence is None:
+            raise RuntimeError("the job has not joined the running batch")
+        return self.sequence
