@@ -9,8 +9,9 @@
         client.explain("translate", "我爱你。")[0].attention  # -> [layers, target, source] cross-attention
 
 Each task is a method named after it (``client.translate``), with the task's options as keyword arguments
-(from its definition; ``client.infer("translate", texts, num_beams=4)`` is the same call). A task defined in a
-folder of ``$ROPESERVE_TASKS_PATH`` gets its method the same way.
+(``client.infer("translate", texts, num_beams=4)`` is the same call). The built-in tasks' methods are written out,
+typed, for IDEs and type checkers (a test holds their keywords to the definitions); a task defined in a folder of
+``$ROPESERVE_TASKS_PATH`` gets its method from its definition, untyped.
 
 Conventions shared by both clients:
 
@@ -32,7 +33,7 @@ import functools
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .endpoints import Endpoint, build_inputs, endpoint, endpoints, normalize_texts
 from .errors import ClientError, translated_errors
@@ -49,6 +50,13 @@ T = TypeVar("T")
 
 DEFAULT_RETRY = RetryPolicy()
 Texts = str | Sequence[str]
+
+
+class SentimentResult(Protocol):
+    """What `sentiment` answers per text (the ``Sentiment`` dataclass its definition's outputs make)."""
+
+    label: str
+    score: float
 
 
 @dataclass(frozen=True)
@@ -141,6 +149,28 @@ class Client(_ClientBase):
         """`task`'s answer for each text; options (e.g. ``num_beams``) left as None get the server's default."""
         return self._infer(endpoint(task), texts, options)
 
+    def sentiment(self, texts: Texts) -> list[SentimentResult]:
+        """Each text's sentiment: ``Sentiment(label="positive" or "negative", score=its probability)``."""
+        return self.infer("sentiment", texts)
+
+    def translate(
+        self,
+        texts: Texts,
+        *,
+        max_new_tokens: int | None = None,
+        num_beams: int | None = None,
+        split_sentences: str | None = None,
+    ) -> list[str]:
+        """Each text in English; options left as None get the server's defaults (tasks/translate.toml)."""
+        options = {"max_new_tokens": max_new_tokens, "num_beams": num_beams, "split_sentences": split_sentences}
+        return self.infer("translate", texts, **options)
+
+    def summarize(
+        self, texts: Texts, *, max_new_tokens: int | None = None, num_beams: int | None = None, mode: str | None = None
+    ) -> list[str]:
+        """Each text's one-line summary; options left as None get the server's defaults (tasks/summarize.toml)."""
+        return self.infer("summarize", texts, max_new_tokens=max_new_tokens, num_beams=num_beams, mode=mode)
+
     def explain(
         self, task: str, texts: Texts, **options: int | str | None
     ) -> list[TranslationAlignment] | list[SentimentAttention]:
@@ -205,6 +235,28 @@ class AsyncClient(_ClientBase):
     async def infer(self, task: str, texts: Texts, **options: int | str | None) -> list[Any]:
         """`task`'s answer for each text; options (e.g. ``num_beams``) left as None get the server's default."""
         return await self._infer(endpoint(task), texts, options)
+
+    async def sentiment(self, texts: Texts) -> list[SentimentResult]:
+        """Each text's sentiment: ``Sentiment(label="positive" or "negative", score=its probability)``."""
+        return await self.infer("sentiment", texts)
+
+    async def translate(
+        self,
+        texts: Texts,
+        *,
+        max_new_tokens: int | None = None,
+        num_beams: int | None = None,
+        split_sentences: str | None = None,
+    ) -> list[str]:
+        """Each text in English; options left as None get the server's defaults (tasks/translate.toml)."""
+        options = {"max_new_tokens": max_new_tokens, "num_beams": num_beams, "split_sentences": split_sentences}
+        return await self.infer("translate", texts, **options)
+
+    async def summarize(
+        self, texts: Texts, *, max_new_tokens: int | None = None, num_beams: int | None = None, mode: str | None = None
+    ) -> list[str]:
+        """Each text's one-line summary; options left as None get the server's defaults (tasks/summarize.toml)."""
+        return await self.infer("summarize", texts, max_new_tokens=max_new_tokens, num_beams=num_beams, mode=mode)
 
     async def explain(
         self, task: str, texts: Texts, **options: int | str | None

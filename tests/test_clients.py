@@ -790,3 +790,20 @@ def test_cli_against_a_closed_port_fails_fast_with_a_clear_message(protocol: str
     assert finished.stdout == ""
     assert finished.stderr.strip() == f"error: cannot reach Triton at {url} — is `make serve` running?"
     assert time.monotonic() - started < 15  # retries back off for well under a second in total
+
+
+@pytest.mark.parametrize("cls", [Client, AsyncClient])
+def test_the_built_in_tasks_have_typed_methods_with_their_definitions_options(cls: type) -> None:
+    import inspect
+
+    from clients.task_definitions import registry
+
+    built_in = {"sentiment", "translate", "summarize"}
+    assert built_in <= set(registry())
+    for task in built_in:
+        method = vars(cls).get(task)  # written out in the class, not made by __getattr__
+        assert method is not None, f"{cls.__name__}.{task} is not written out"
+        assert inspect.iscoroutinefunction(method) is (cls is AsyncClient)
+        parameters = inspect.signature(method).parameters.values()
+        keywords = {p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY}
+        assert keywords == {option.keyword for option in registry()[task].options}, task
