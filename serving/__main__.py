@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from .launcher import stop_signals
 from .launcher.embedded import EmbeddedTriton, ServerError, ServerOptions
 from .launcher.gateway import Gateway, GatewayError, GatewayOptions
 from .launcher.repository import find_problems
@@ -174,9 +174,7 @@ def run(options: ServerOptions, max_restarts: int = 5, gateway_options: GatewayO
     if problems:
         _say("cannot serve the model repository:\n  " + "\n  ".join(problems))
         return 2
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM takes the Ctrl-C path below
-    # A shell starting us in the background sets SIGINT to "ignore"; Ctrl-C / kill -INT must still stop us.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    stop_signals.install()  # Ctrl-C and SIGTERM raise KeyboardInterrupt: the stopping path below
     server = EmbeddedTriton(options)
     gateway = Gateway(gateway_options) if gateway_options is not None else None
     restarts: list[float] = []  # when the server was restarted after dying on its own
@@ -214,8 +212,8 @@ def run(options: ServerOptions, max_restarts: int = 5, gateway_options: GatewayO
         _say(str(exc))
         return 1
     except KeyboardInterrupt:
-        _say(f"stopping (draining up to {options.exit_timeout_s} s; Ctrl-C again to kill now)")
-        try:
+        try:  # said inside: a second Ctrl-C right after the line is read must land in the `except` below
+            _say(f"stopping (draining up to {options.exit_timeout_s} s; Ctrl-C again to kill now)")
             if gateway is not None:
                 gateway.stop(options.exit_timeout_s)  # first: it finishes what it holds while Triton still serves
             code = server.stop()

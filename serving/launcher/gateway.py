@@ -18,6 +18,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import stop_signals
+
 PR_SET_PDEATHSIG = 1
 
 
@@ -57,14 +59,9 @@ class GatewayError(RuntimeError):
     """The gateway did not start."""
 
 
-STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
-
-
 def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM when the launcher dies, and the stop signals the launcher held back
-    while starting it (:meth:`Gateway.start`) let through again."""
+    """In the child, before exec: SIGTERM when the launcher dies."""
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 class Gateway:
@@ -81,13 +78,8 @@ class Gateway:
 
     def start(self) -> None:
         env = {**os.environ, **self.options.env}
-        # A Ctrl-C or SIGTERM landing after the fork but before `self.process` is set would leave a gateway that
-        # stop() does not know: hold them until it is set (they are delivered then).
-        held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-        try:
+        with stop_signals.held():  # a stop landing mid-fork would leave a gateway that stop() does not know
             self.process = subprocess.Popen(self.options.command(), env=env, preexec_fn=_die_with_parent)  # noqa: PLW1509
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)
         deadline = time.monotonic() + self.options.ready_timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
