@@ -18,8 +18,10 @@ from export.model.reference_search import ReferenceSearch
 from export.training import seq2seq
 from export.training.data import Pair
 from serving.engine import search
+from serving.engine.batch_search import block_ngrams
 from serving.engine.config import EngineConfig
-from serving.engine.engine import ENCODER_CALL_TOKENS, Engine, Job, length_groups
+from serving.engine.engine import Engine, Job
+from serving.engine.step_graphs import ENCODER_CALL_TOKENS, length_groups
 
 pytestmark = pytest.mark.export
 
@@ -265,13 +267,13 @@ def test_length_groups_cost_least_and_cover_every_source_once():
 
 def test_a_long_source_gets_its_own_encoder_call_and_the_same_tokens(translate):
     engine, collected, shapes = translate.engine(), Collector(), []
-    run = engine.encoder.run
+    run = engine.graphs.encoder.run
 
     def counted(names, feeds):
         shapes.append(feeds["input_ids"].shape)
         return run(names, feeds)
 
-    engine.encoder = type("Counted", (), {"run": staticmethod(counted)})()
+    engine.graphs.encoder = type("Counted", (), {"run": staticmethod(counted)})()
     by_length = sorted(translate.sources, key=len)
     sources = by_length[:7] + by_length[-1:]  # seven short sources and the longest
     assert len(sources[-1]) - len(sources[-2]) > ENCODER_CALL_TOKENS // 2
@@ -292,9 +294,9 @@ def test_sources_joining_and_leaving_keep_the_cross_attention_buffers(translate)
     buffers, seen = [], {"running": [], "changed": 0}
 
     def after_step():
-        if not buffers or buffers[-1] is not engine._cross[0]:
-            buffers.append(engine._cross[0])
-        running = [id(job) for job in engine._jobs]
+        if not buffers or buffers[-1] is not engine.batch.cross[0]:
+            buffers.append(engine.batch.cross[0])
+        running = [id(job) for job in engine.batch.jobs]
         seen["changed"] += running != seen["running"]  # a source joined or left
         seen["running"] = running
 
@@ -333,7 +335,7 @@ def test_a_failed_step_answers_its_jobs_with_the_error_and_the_engine_goes_on(tr
         return Job(sources[i], translate.new_tokens, 1 + 3 * (i % 2), on_tokens or collected.callback(i),
                    on_error=lambda message, i=i: errors.setdefault(i, message))  # fmt: skip
 
-    real_run = engine.decoder.run_with_iobinding
+    real_run = engine.graphs.decoder.run_with_iobinding
     calls = {"n": 0}
 
     def failing_second_step(binding):
@@ -342,7 +344,7 @@ def test_a_failed_step_answers_its_jobs_with_the_error_and_the_engine_goes_on(tr
             raise RuntimeError("out of memory (injected)")
         return real_run(binding)
 
-    monkeypatch.setattr(engine.decoder, "run_with_iobinding", failing_second_step)
+    monkeypatch.setattr(engine.graphs.decoder, "run_with_iobinding", failing_second_step)
     engine.submit(job(0))
     engine.submit(job(1))
     engine.run_until_idle()
@@ -366,7 +368,9 @@ def test_a_failed_step_answers_its_jobs_with_the_error_and_the_engine_goes_on(tr
 def test_a_failure_without_on_error_raises(translate, monkeypatch):
     """Offline callers that give no on_error see the exception, as before."""
     engine = translate.engine()
-    monkeypatch.setattr(engine.decoder, "run_with_iobinding", lambda binding: (_ for _ in ()).throw(MemoryError()))
+    monkeypatch.setattr(
+        engine.graphs.decoder, "run_with_iobinding", lambda binding: (_ for _ in ()).throw(MemoryError())
+    )
     engine.submit(Job(translate.sources[0], 8, 1, lambda tokens, final: None))
     with pytest.raises(MemoryError):
         engine.run_until_idle()
@@ -400,16 +404,15 @@ def test_ngram_blocking_reads_the_top_tokens_unless_too_many_of_them_are_blocked
         job = Job(row_with(blocked), 10, 1, lambda tokens, final: None)
         job.sequence = search.SourceSearch(engine.decoding, 10, 1)
         job.sequence.beams = [job.source]
-        engine._jobs = [job]
         top_scores = np.arange(0.0, -16.0, -1.0, dtype=np.float32)[None, :]
         top_ids = np.array([followers], dtype=np.int64)
-        log_probs = np.full((1, engine.vocab), -30.0, dtype=np.float32)
-        return engine._block_ngrams(top_scores.copy(), top_ids, lambda: log_probs)
+        log_probs = np.full((1, engine.layout.vocab), -30.0, dtype=np.float32)
+        return block_ngrams([job], n, top_scores.copy(), top_ids, lambda: log_probs)
 
     scores, ids = step(blocked=2)  # a greedy row can spare 14 of its 16
     assert ids is not None and ids[0].tolist() == followers
     assert scores[0, :2].tolist() == [search.LOWEST] * 2 and scores[0, 2] == -2.0
 
     scores, ids = step(blocked=15)
-    assert ids is None and scores.shape == (1, engine.vocab)  # all log-probabilities, the blocked ones lowest
+    assert ids is None and scores.shape == (1, engine.layout.vocab)  # all log-probabilities, the blocked ones lowest
     assert (scores[0, followers[:15]] == search.LOWEST).all() and scores[0, followers[15]] == -30.0

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 import time
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from serving.engine.search import SourceSearch
+from serving.engine.search import Finish, SourceSearch
 
 TokenCallback = Callable[[list[int], bool], None]  # (newly stable tokens, final)
 
@@ -31,6 +33,7 @@ class Job:
     bulk: bool = False
     sequence: SourceSearch | None = None  # set when it joins the running batch
     sent: int = 0  # tokens already passed to on_tokens
+    failed: bool = False  # told on_error: it leaves at the next step, and hears nothing more
 
     @property
     def state(self) -> SourceSearch:
@@ -38,3 +41,36 @@ class Job:
         if self.sequence is None:
             raise RuntimeError("the job has not joined the running batch")
         return self.sequence
+
+
+@dataclass(frozen=True)
+class Output:
+    """What one step has for one job: the tokens that became stable, and, on its last, why it ended."""
+
+    job: Job
+    tokens: list[int]
+    finish: Finish | None = None
+
+    def deliver(self) -> None:
+        """Pass it to the job's callback; if that raises, the job fails (on_error) and leaves the batch."""
+        try:
+            self.job.on_tokens(self.tokens, self.finish is not None)
+        except Exception as err:
+            if not fail([self.job], f"answering failed: {err}"):
+                raise
+
+
+def fail(jobs: Sequence[Job], message: str) -> bool:
+    """Tell each job it failed (it leaves the batch at the next step); False if one of them cannot be told (no
+    on_error): the caller raises."""
+    told = True
+    for job in jobs:
+        job.failed = True
+        if job.on_error is None:
+            told = False
+            continue
+        try:
+            job.on_error(message)
+        except Exception:  # noqa: BLE001 - the others must still be told
+            traceback.print_exc(file=sys.stderr)
+    return told

@@ -15,6 +15,7 @@ instead, which differ only in when a search stops and in its last step.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,14 @@ def best_candidates(scores: NDArray[Any], count: int) -> tuple[NDArray[Any], NDA
     values = np.take_along_axis(scores, picked, axis=1)
     order = np.argsort(-values, axis=1, kind="stable")
     return np.take_along_axis(picked, order, axis=1), np.take_along_axis(values, order, axis=1)
+
+
+class Finish(Enum):
+    """Why a source's decoding ended."""
+
+    EOS = "eos"  # it generated eos (or, beam search, had its hypotheses and could not improve on them)
+    LENGTH = "length"  # it ran out of new tokens (max_new_tokens)
+    CANCELLED = "cancelled"  # its client went away
 
 
 @dataclass(frozen=True)
@@ -63,6 +72,7 @@ class SourceSearch:
         self.hypotheses = Hypotheses(num_beams, decoding.length_penalty)
         self.steps = 0
         self.result: list[int] | None = None  # the answer (no bos, no eos) once finished
+        self.finish: Finish | None = None
 
     def row_beams(self) -> list[list[int]]:
         """The token list of each of its rows; before the first step every row holds just bos."""
@@ -85,12 +95,10 @@ class SourceSearch:
         """Greedy: advance by the argmax token. Returns [0] (its one row continues), or [] once finished."""
         self.steps += 1
         if token == self.decoding.eos_id:
-            self.result = self.beams[0][1:]
-            return []
+            return self._end(self.beams[0][1:], Finish.EOS)
         self.beams[0].append(token)
         if self.steps == self.max_new_tokens:
-            self.result = self.beams[0][1:]
-            return []
+            return self._end(self.beams[0][1:], Finish.LENGTH)
         return [0]
 
     def take_candidates(self, indices: NDArray[Any], scores: NDArray[Any], vocab: int) -> list[int]:
@@ -109,19 +117,21 @@ class SourceSearch:
             if len(chosen) == k:
                 break
         if self.hypotheses.full() and self.decoding.early_stopping:
-            self.result = self.hypotheses.items[0][1][1:]
-            return []
+            return self._end(self.hypotheses.items[0][1][1:], Finish.EOS)
         self.beams = [beams[row] + [token] for row, token, _ in chosen]
         self.scores = np.array([score for _, _, score in chosen], dtype=np.float32)
         if self.hypotheses.full() and not self._can_improve():
-            self.result = self.hypotheses.items[0][1][1:]
-            return []
+            return self._end(self.hypotheses.items[0][1][1:], Finish.EOS)
         if self.steps == self.max_new_tokens:  # out of steps: the live beams compete with the hypotheses
             for beam, score in zip(self.beams, self.scores):
                 self.hypotheses.add(beam, float(score))
-            self.result = self.hypotheses.items[0][1][1:]
-            return []
+            return self._end(self.hypotheses.items[0][1][1:], Finish.LENGTH)
         return [row for row, _, _ in chosen]
+
+    def _end(self, result: list[int], finish: Finish) -> list[int]:
+        """Finished: no row continues."""
+        self.result, self.finish = result, finish
+        return []
 
     def _can_improve(self) -> bool:
         """Whether the best live beam, scored at its present length, beats the worst finished hypothesis: Hugging

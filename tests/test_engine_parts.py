@@ -1,0 +1,134 @@
+"""The engine's parts alone, without a model: the running batch's rows and buffers (serving/engine/batch.py), one
+step of every source's search (batch_search.py) and the delivery of a step's outputs (job.py). The whole engine
+against the PyTorch reference is tests/test_engine.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from serving.engine.batch import CROSS_COLUMNS_STEP, RunningBatch
+from serving.engine.batch_search import force_eos, take_step
+from serving.engine.job import Job, Output
+from serving.engine.search import Decoding, Finish, SourceSearch
+from tasks.generation_contract import Layout
+
+LAYOUT = Layout(n_layers=1, n_cross=1, n_heads=1, head_dim=1, vocab=50, top_k=16)
+DECODING = Decoding(bos_id=1, eos_id=2)
+
+
+def job(source_length: int, beams: int = 1, max_new_tokens: int = 20) -> Job:
+    new = Job([5] * (source_length - 1) + [2], max_new_tokens, beams, lambda tokens, final: None)
+    new.sequence = SourceSearch(DECODING, max_new_tokens, beams)
+    return new
+
+
+def encode_marking(batch: RunningBatch, calls: list):
+    """Writes each source's length into its cross-attention row, as the encoder's output would go there."""
+
+    def encode_into(sources: list[list[int]], first_row: int) -> None:
+        calls.append((len(sources), first_row))
+        for i, source in enumerate(sources):
+            for buffer in batch.cross:
+                buffer[first_row + i, :, : len(source)] = len(source)
+            batch.cross_mask[first_row + i, : len(source)] = 1
+
+    return encode_into
+
+
+def test_newcomers_take_the_rows_after_the_running_ones_and_are_encoded_there():
+    batch, calls = RunningBatch(LAYOUT), []
+    encode = encode_marking(batch, calls)
+    batch.join([job(3), job(4)], encode)
+    batch.join([job(5, beams=2)], encode)
+    assert calls == [(2, 0), (1, 2)]
+    assert batch.rows == 4 and batch.starts().tolist() == [0, 1, 2, 4]
+    assert [int(batch.cross[0][row, 0, 0, 0]) for row in range(3)] == [3, 4, 5]
+    assert batch.cross_mask[:3].sum(axis=1).tolist() == [3, 4, 5]
+
+
+def test_a_finished_source_leaves_its_place_to_the_last_one_and_only_moved_rows_are_copied():
+    batch, calls = RunningBatch(LAYOUT), []
+    encode = encode_marking(batch, calls)
+    jobs = [job(length) for length in (3, 4, 5, 6)]
+    batch.join(jobs, encode)
+    caches = batch.caches_for(rows=4, columns=2)
+    for row, cache in enumerate(caches[0]):
+        cache[:, :2] = 10 + row  # row r's keys
+    for j in jobs:
+        j.state.steps = 2
+    batch.leave({1}, parents=[[0], [], [0], [0]])  # the second source finished
+    assert batch.jobs == [jobs[0], jobs[3], jobs[2]]  # the last filled the hole; the others stayed put
+    batch.join([], encode)
+    assert batch.caches[0][:3, 0, :2, 0].tolist() == [[10, 10], [13, 13], [12, 12]]
+    assert [int(batch.cross[0][row, 0, 0, 0]) for row in range(3)] == [3, 6, 5]
+
+
+def test_a_beam_reorder_copies_the_rows_it_continues():
+    batch = RunningBatch(LAYOUT)
+    beam = job(3, beams=3)
+    batch.join([beam], encode_marking(batch, []))
+    for row, cache in enumerate(batch.caches_for(rows=3, columns=1)[0]):
+        cache[:, 0] = row
+    beam.state.steps = 1
+    batch.leave(set(), parents=[[2, 2, 0]])  # next step: two beams continue row 2, one row 0
+    batch.join([], encode_marking(batch, []))
+    assert batch.caches[0][:3, 0, 0, 0].tolist() == [2, 2, 0]
+
+
+def test_the_cross_attention_buffers_are_replaced_only_to_grow_or_narrow():
+    batch = RunningBatch(LAYOUT)
+    encode = encode_marking(batch, [])
+    batch.join([job(3)], encode)
+    first = batch.cross[0]
+    batch.join([job(CROSS_COLUMNS_STEP)], encode)  # still fits
+    assert batch.cross[0] is first
+    batch.join([job(CROSS_COLUMNS_STEP + 1)], encode)  # wider: one step of columns more
+    assert batch.cross[0].shape[2] == 2 * CROSS_COLUMNS_STEP
+    assert [int(batch.cross[0][row, 0, 0, 0]) for row in range(3)] == [3, CROSS_COLUMNS_STEP, CROSS_COLUMNS_STEP + 1]
+    batch.leave({1, 2}, parents=[[0], [], []])
+    batch.join([], encode)  # the running source fits in half: narrowed
+    assert batch.cross[0].shape[2] == CROSS_COLUMNS_STEP and int(batch.cross[0][0, 0, 0, 0]) == 3
+
+
+def test_mixed_beam_widths_read_the_cross_attention_once_per_row():
+    batch = RunningBatch(LAYOUT)
+    batch.join([job(3, beams=1), job(4, beams=2)], encode_marking(batch, []))
+    mask, (keys, _) = batch.cross_per_row()
+    assert mask.sum(axis=1).tolist() == [3, 4, 4] and keys[:, 0, 0, 0].tolist() == [3, 4, 4]
+
+
+def test_a_step_of_greedy_and_beam_sources_takes_each_its_best():
+    greedy, beam = job(3), job(3, beams=2)
+    scores = np.full((3, 4), -10.0, np.float32)
+    ids = np.tile(np.arange(10, 14), (3, 1))
+    scores[0, 2] = -0.1  # greedy: token 12
+    scores[1, 1], scores[1, 3] = -0.2, -0.3  # the beam's first step reads its row 0 only
+    parents = take_step([greedy, beam], DECODING, LAYOUT.vocab, scores, ids, np.array([0, 1, 3]))
+    assert parents == [[0], [0, 0]]
+    assert greedy.state.beams == [[1, 12]]
+    assert beam.state.beams == [[1, 11], [1, 13]]
+
+
+def test_the_last_step_may_only_end_where_the_checkpoint_says_so():
+    last = job(3, max_new_tokens=2)
+    last.state.steps = 1
+    scores, ids = np.zeros((1, 4), np.float32), np.tile(np.arange(10, 14), (1, 1))
+    force_eos([last], DECODING.eos_id, scores, ids, [0])
+    assert ids[0, 0] == DECODING.eos_id and scores[0, 0] == 0.0 and (scores[0, 1:] < -1e30).all()
+    take_step([last], DECODING, LAYOUT.vocab, scores, ids, np.array([0, 1]))
+    assert last.state.finish is Finish.EOS
+
+
+def test_a_callback_that_raises_fails_its_job_not_the_step():
+    errors = []
+
+    def broken(tokens, final):
+        raise ValueError("cannot render")
+
+    told = Job([2], 4, 1, broken, on_error=errors.append)
+    Output(told, [7]).deliver()
+    assert told.failed and errors == ["answering failed: cannot render"]
+    untold = Job([2], 4, 1, broken)
+    with pytest.raises(ValueError):
+        Output(untold, [7], Finish.LENGTH).deliver()
