@@ -302,6 +302,66 @@ def _tee(source: IO[bytes], sink: IO[bytes]) -> None:
     source.close()
 
 
+def _spawn(
+    opts: ServerOptions, shm_prefix: str, control_key: str, liveness: Callable[[], str | None], die_with_parent: bool
+) -> _Running:
+    """Start tritonserver in a work folder of its own, with its HTTP guard, reaper and log tee as the options ask;
+    on a failure nothing is left behind."""
+    wheel = None if opts.tritonserver else TritonWheel.locate()
+    workdir = Path(tempfile.mkdtemp(prefix="ropeserve-triton-"))
+    log_handle: IO[bytes] | None = None
+    guard = None
+    try:
+        if wheel is not None:
+            binary, cache_dir, environment = wheel.binary, wheel.caches, wheel.environment()
+            backend_dir = build_backend_directory(workdir / "backends", wheel)
+        else:
+            binary, cache_dir, environment = Path(opts.tritonserver), None, dict(os.environ)
+            backend_dir = opts.backend_directory or binary.resolve().parents[1] / "backends"
+        guarded_port = 0
+        if opts.http_guard:
+            guarded_port = free_ports(1)[0]
+            upstream = ("127.0.0.1", guarded_port)
+            guard = HttpGuard(opts.host, opts.http_port, upstream, opts.max_http_body_bytes, liveness=liveness).start()
+        log_path = Path(opts.log_file) if opts.log_file else workdir / "tritonserver.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_handle = open(log_path, "wb")  # closed by _shutdown
+        command = [
+            str(binary),
+            *opts.command_args(backend_dir, cache_dir, shm_prefix, control_key, guarded_port),
+        ]
+        try:  # the control key stays off the command line, which every local user can read
+            command, environment = secret_args.hide(command, control_key, {**environment, **opts.env})
+        except secret_args.SecretArgumentsUnavailable as err:
+            raise ServerError(str(err)) from None
+        process = subprocess.Popen(
+            command,
+            cwd=workdir,
+            env=environment,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE if opts.stream_log else log_handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # own process group: stop() can reach the stubs too
+            preexec_fn=_set_parent_death_signal if die_with_parent else None,
+        )
+    except BaseException:
+        if guard is not None:
+            guard.stop()
+        if log_handle is not None:
+            log_handle.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    running = _Running(process, workdir, log_path, log_handle, shm_prefix, opts.exit_timeout_s, guard=guard)
+    if opts.die_with_parent:
+        running.reaper = _start_reaper(process.pid, shm_prefix, workdir, opts.exit_timeout_s)
+    if opts.stream_log:
+        running.tee = threading.Thread(
+            target=_tee, args=(process.stdout, log_handle), name="tritonserver-log", daemon=True
+        )
+        running.tee.start()
+    return running
+
+
 class EmbeddedTriton:
     """One ``tritonserver`` process. A context manager: ``__enter__`` starts it and waits until ready.
 
@@ -397,62 +457,7 @@ class EmbeddedTriton:
 
         # Held: a stop landing mid-fork would leave a server (and its reaper) that kill() does not know.
         with stop_signals.held():
-            wheel = None if opts.tritonserver else TritonWheel.locate()
-            workdir = Path(tempfile.mkdtemp(prefix="ropeserve-triton-"))
-            log_handle: IO[bytes] | None = None
-            guard = None
-            try:
-                if wheel is not None:
-                    binary, cache_dir, environment = wheel.binary, wheel.caches, wheel.environment()
-                    backend_dir = build_backend_directory(workdir / "backends", wheel)
-                else:
-                    binary, cache_dir, environment = Path(opts.tritonserver), None, dict(os.environ)
-                    backend_dir = opts.backend_directory or binary.resolve().parents[1] / "backends"
-                guarded_port = 0
-                if opts.http_guard:
-                    guarded_port = free_ports(1)[0]
-                    upstream = ("127.0.0.1", guarded_port)
-                    guard = HttpGuard(
-                        opts.host, opts.http_port, upstream, opts.max_http_body_bytes, liveness=self.liveness_problem
-                    ).start()
-                log_path = Path(opts.log_file) if opts.log_file else workdir / "tritonserver.log"
-                log_path.parent.mkdir(parents=True, exist_ok=True)
-                log_handle = open(log_path, "wb")  # closed by _shutdown
-                command = [
-                    str(binary),
-                    *opts.command_args(backend_dir, cache_dir, self.shm_prefix, self.control_key, guarded_port),
-                ]
-                try:  # the control key stays off the command line, which every local user can read
-                    command, environment = secret_args.hide(command, self.control_key, {**environment, **opts.env})
-                except secret_args.SecretArgumentsUnavailable as err:
-                    raise ServerError(str(err)) from None
-                process = subprocess.Popen(
-                    command,
-                    cwd=workdir,
-                    env=environment,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE if opts.stream_log else log_handle,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,  # own process group: stop() can reach the stubs too
-                    preexec_fn=_set_parent_death_signal if self._die_with_parent() else None,
-                )
-            except BaseException:
-                if guard is not None:
-                    guard.stop()
-                if log_handle is not None:
-                    log_handle.close()
-                shutil.rmtree(workdir, ignore_errors=True)
-                raise
-            running = _Running(
-                process, workdir, log_path, log_handle, self.shm_prefix, opts.exit_timeout_s, guard=guard
-            )
-            if opts.die_with_parent:
-                running.reaper = _start_reaper(process.pid, self.shm_prefix, workdir, opts.exit_timeout_s)
-            if opts.stream_log:
-                running.tee = threading.Thread(
-                    target=_tee, args=(process.stdout, log_handle), name="tritonserver-log", daemon=True
-                )
-                running.tee.start()
+            running = _spawn(opts, self.shm_prefix, self.control_key, self.liveness_problem, self._die_with_parent())
             self._running = running
             weakref.finalize(self, _shutdown, running)  # at garbage collection or interpreter exit
         if wait:
@@ -464,7 +469,7 @@ class EmbeddedTriton:
             running.drain = functools.partial(drain_front_models, self.http_url, self.control_headers("http"))
             if opts.restart_dead_stubs:
                 running.watchdog = StubWatchdog(
-                    lambda: process_group_members(process.pid), self.http_url, self.control_headers("http")
+                    lambda: process_group_members(running.process.pid), self.http_url, self.control_headers("http")
                 )
                 running.watchdog.start()
         return self
