@@ -377,7 +377,7 @@ def markdown(section: dict[str, Any]) -> list[str]:
     if refusals:
         lines += [
             f"Overload refusals, retried with the SDK's backoff (median per window, summed over the rows): "
-            f"{refusals:g}; the bound is the engine's backlog (serving/frontends/engine_front.py, MAX_QUEUED_ROWS).",
+            f"{refusals:g}; the bound is the engine's backlog (max_queued_rows, the [engine] table of tasks/translate.toml).",
             "",
         ]
     return lines

@@ -26,10 +26,12 @@ def load_engine(threads: int, max_rows: int, folder: Path | None = None) -> tupl
     from serving.engine.config import EngineConfig
     from serving.engine.engine import Engine
     from serving.frontends.base import BatchTokenizer
+    from tasks.definition import EngineSettings
 
     folder = Path(folder) if folder else REPOSITORY / STREAM_MODEL / "1"
     cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    engine = Engine(folder / "encoder.onnx", folder / "decoder.onnx", EngineConfig.from_dict(cfg), threads, max_rows)
+    settings = EngineSettings(max_rows=max_rows, max_queued_rows=max(max_rows, EngineSettings.max_queued_rows))
+    engine = Engine(folder / "encoder.onnx", folder / "decoder.onnx", EngineConfig.from_dict(cfg), threads, settings)
     return engine, BatchTokenizer.from_file(folder / "tokenizer.json", cfg["max_tokens"])
 
 

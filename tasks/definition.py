@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -121,6 +121,26 @@ class LoadTexts:
     paragraphs: bool = False  # its texts are sentences: the load test also sends 4-8 of them joined, as a paragraph
 
 
+@dataclass(frozen=True)
+class EngineSettings:
+    """The generation engine's knobs (serving/engine/, serving/frontends/engine_front.py), from the task's
+    ``[engine]`` table; each default is what the benchmarks and docs/architecture.md measured with."""
+
+    max_rows: int = 256  # rows (texts x beams) of the running batch
+    # Rows running and waiting past which a request is refused at once with UNAVAILABLE (bounded latency); a
+    # request alone may hold at most this many, so that it can be admitted when the engine is idle.
+    max_queued_rows: int = 1024
+    # A text read as a document is refused with INVALID_ARGUMENT over either: 128 sentences at the widest beam (8)
+    # is the queue bound; 10,000 characters is an article of ~300 sentences of 30 characters.
+    max_document_chars: int = 10_000
+    max_document_sentences: int = 128
+    # A request of more sentences is bulk work: while interactive requests come (one arrived in the last
+    # interactive_hold_s), bulk rows hold at most bulk_rows_beside_interactive of the running batch.
+    interactive_sentences: int = 4
+    bulk_rows_beside_interactive: int = 8
+    interactive_hold_s: float = 0.5
+
+
 @dataclass(frozen=True, eq=False)  # compared and hashed by identity: the registry holds one object per definition
 class Task:
     name: str
@@ -135,6 +155,7 @@ class Task:
     assets: tuple[str, ...]
     checkpoint: str = ""  # checkpoints/<checkpoint> holds the assets and the weights exported to ONNX
     result: str = ""  # the SDK's class name for answers with several outputs
+    engine: EngineSettings = EngineSettings()  # for the endpoints served by the generation engine
     source: Path = field(default=Path(), compare=False)
 
     def endpoints(self) -> Iterator[Endpoint]:
@@ -366,10 +387,30 @@ def _loadtest(r: _Reader) -> LoadTexts:
     )
 
 
+def _engine(r: _Reader) -> EngineSettings:
+    defaults = EngineSettings()
+    known = [f.name for f in fields(EngineSettings)]
+    r.check_known(*known)
+    values = {}
+    for key in known:
+        default = getattr(defaults, key)
+        value = r.get(key, (int, float) if isinstance(default, float) else int, default)
+        if value <= 0:
+            raise r.fail(key, f"must be positive, got {value!r}")
+        values[key] = type(default)(value)
+    settings = EngineSettings(**values)
+    if settings.max_queued_rows < settings.max_rows:
+        raise r.fail(
+            "max_queued_rows", f"must be at least max_rows ({settings.max_rows}), got {settings.max_queued_rows}"
+        )
+    return settings
+
+
 def _task(r: _Reader, path: Path) -> Task:
     r.check_known(
-        "summary", "example", "checkpoint", "assets", "result", "options", "endpoint", "explain", "stream", "loadtest"
-    )
+        "summary", "example", "checkpoint", "assets", "result", "options", "endpoint", "explain", "stream", "loadtest",
+        "engine",
+    )  # fmt: skip
     name = path.stem
     if not name.isidentifier():
         raise DefinitionError(f"{path}: the file name must be a Python identifier (it names the SDK method)")
@@ -396,6 +437,7 @@ def _task(r: _Reader, path: Path) -> Task:
         assets=tuple(r.get("assets", list, [])),
         checkpoint=r.get("checkpoint", str, ""),
         result=r.get("result", str, ""),
+        engine=_engine(r.sub("engine", optional=True)),
         source=path,
     )
     if len(endpoint.outputs) > 1 and not task.result:

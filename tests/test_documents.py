@@ -12,8 +12,8 @@ import pytest
 from prometheus_text import metric_sum, settled
 
 from clients import Client, ClientError
-from serving.frontends.engine_front import MAX_DOCUMENT_CHARS, MAX_DOCUMENT_SENTENCES
 from serving.frontends.sentences import split
+from tasks.definition import get
 
 ROOT = Path(__file__).resolve().parents[1]
 SENTENCES = [
@@ -56,17 +56,20 @@ def test_a_forty_sentence_text_is_translated_whole(triton):
 
 
 def test_texts_over_the_document_limits_are_refused_by_name(triton):
-    too_many = "好。" * (MAX_DOCUMENT_SENTENCES + 1)
-    too_long = "我" * (MAX_DOCUMENT_CHARS + 1)
+    limits = get("translate").engine  # what the served task's [engine] table says
+    sentences, characters = limits.max_document_sentences, limits.max_document_chars
+    too_many = "好。" * (sentences + 1)
+    too_long = "我" * (characters + 1)
     with Client(triton.grpc_url) as client:
-        with pytest.raises(ClientError, match=f"the limit is {MAX_DOCUMENT_SENTENCES} sentences per text"):
+        with pytest.raises(ClientError, match=f"the limit is {sentences} sentences per text"):
             client.translate(too_many)
-        with pytest.raises(ClientError, match=f"the limit is {MAX_DOCUMENT_CHARS:,} characters per text"):
+        with pytest.raises(ClientError, match=f"the limit is {characters:,} characters per text"):
             client.translate(too_long)
-        with pytest.raises(ClientError, match="the limit is 1,024 rows per request"):
-            client.translate(["好。" * MAX_DOCUMENT_SENTENCES] * 2, num_beams=8)
+        over_the_queue = limits.max_queued_rows // (8 * sentences) + 1  # texts of the most sentences, at beam 8
+        with pytest.raises(ClientError, match=f"the limit is {limits.max_queued_rows:,} rows per request"):
+            client.translate(["好。" * sentences] * over_the_queue, num_beams=8)
         # at the limit, or with splitting off, the text is translated
-        assert client.translate("好。" * MAX_DOCUMENT_SENTENCES, num_beams=1)[0]
+        assert client.translate("好。" * sentences, num_beams=1)[0]
         assert client.translate(too_long, split_sentences="0", num_beams=1)[0]
 
 

@@ -22,6 +22,7 @@ from serving.engine.batch_search import block_ngrams
 from serving.engine.config import EngineConfig
 from serving.engine.engine import Engine, Job
 from serving.engine.step_graphs import ENCODER_CALL_TOKENS, length_groups
+from tasks.definition import EngineSettings
 
 pytestmark = pytest.mark.export
 
@@ -42,7 +43,7 @@ class Task:
         self.new_tokens = spec.max_target_tokens
 
     def engine(self, max_rows: int = 256) -> Engine:
-        return Engine(*self.graphs, EngineConfig.from_dict(self.config), threads=2, max_rows=max_rows)
+        return Engine(*self.graphs, EngineConfig.from_dict(self.config), 2, EngineSettings(max_rows=max_rows))
 
     def expected(self, beams: int, new_tokens: int | None = None, sources: list | None = None) -> list[list[int]]:
         sources = self.sources if sources is None else sources

@@ -104,10 +104,11 @@ def test_every_sentence_is_a_piece_and_the_layout_survives(parts, gaps):
 class Turns:
     """The engine's scheduler alone (serving/engine/scheduler.py): which waiting jobs join."""
 
-    def __init__(self, max_rows: int) -> None:
+    def __init__(self, max_rows: int, **settings) -> None:
         from serving.engine.scheduler import Scheduler
+        from tasks.definition import EngineSettings
 
-        self.scheduler = Scheduler(max_rows)
+        self.scheduler = Scheduler(EngineSettings(max_rows=max_rows, **settings))
         self.names: dict[int, str] = {}
 
     def submit(self, name: str, count: int, bulk: bool = False, beams: int = 1) -> None:
@@ -135,19 +136,18 @@ def test_requests_take_turns_so_a_short_one_is_not_queued_behind_a_document():
     assert turns.admit() == ["b1", "a2", "b2"]
 
 
-def test_bulk_work_yields_rows_to_interactive_requests():
-    from serving.engine.scheduler import BULK_ROWS_BESIDE_INTERACTIVE
-
-    alone = Turns(max_rows=256)
+@pytest.mark.parametrize("bulk_rows", [3, 8])
+def test_bulk_work_yields_rows_to_interactive_requests(bulk_rows):
+    alone = Turns(max_rows=256, bulk_rows_beside_interactive=bulk_rows)
     alone.submit("doc", 40, bulk=True)
     assert len(alone.admit()) == 40  # nobody waits for the rows: the document takes them all
 
-    shared = Turns(max_rows=256)
+    shared = Turns(max_rows=256, bulk_rows_beside_interactive=bulk_rows)
     shared.submit("doc", 40, bulk=True)
     shared.submit("one", 1)
     admitted = shared.admit()
     assert admitted[0] == "one0"  # interactive groups go first
-    assert len(admitted) == 1 + BULK_ROWS_BESIDE_INTERACTIVE
+    assert len(admitted) == 1 + bulk_rows
 
 
 def test_a_nearly_full_batch_encodes_newcomers_together_but_an_interactive_one_joins_at_once():

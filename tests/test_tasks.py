@@ -18,6 +18,7 @@ from clients import Client, ClientError
 from loadtest.texts import add_option_flags, inputs_for, load_texts, parse_mix
 from serving.launcher.embedded import EmbeddedTriton, ServerOptions, free_ports
 from tasks import PATH_VARIABLE, DefinitionError, load, registry, triton_config
+from tasks.definition import EngineSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -95,6 +96,11 @@ BAD_DEFINITIONS = {
     ),
     "repeated choice": ("default = 4\nrange = [1, 8]", 'default = "a"\nchoices = ["a", "a"]', "distinct non-empty"),
     "empty choice": ("default = 4\nrange = [1, 8]", 'default = "a"\nchoices = ["a", ""]', "distinct non-empty"),
+    # the engine's knobs
+    "unknown engine knob": ("max_rows = 256\n", "max_rows = 256\nmax_beams = 4\n", "max_beams: unknown key"),
+    "engine knob not positive": ("max_rows = 256\n", "max_rows = 0\n", "max_rows: must be positive"),
+    "engine knob of the wrong type": ("interactive_sentences = 4\n", 'interactive_sentences = "4"\n', "must be int"),
+    "queue smaller than the batch": ("max_queued_rows = 1024\n", "max_queued_rows = 128\n", "must be at least"),
 }
 
 
@@ -108,6 +114,20 @@ def test_a_bad_definition_names_the_file_and_the_field(tmp_path, case):
     with pytest.raises(DefinitionError, match=re.escape(message)) as err:
         load(path)
     assert str(path) in str(err.value)
+
+
+def test_the_engine_table_is_read_and_a_task_without_one_gets_the_defaults(tmp_path):
+    text = (ROOT / "tasks" / "translate.toml").read_text()
+    path = tmp_path / "translate.toml"
+    path.write_text(
+        text.replace("max_rows = 256\n", "max_rows = 64\n").replace(
+            "interactive_hold_s = 0.5", "interactive_hold_s = 2"
+        )
+    )
+    settings = load(path).engine
+    assert (settings.max_rows, settings.interactive_hold_s) == (64, 2.0)
+    assert isinstance(settings.interactive_hold_s, float)
+    assert load(ROOT / "tasks" / "summarize.toml").engine == EngineSettings()
 
 
 def test_a_second_definition_of_a_task_is_refused(tmp_path):

@@ -38,6 +38,7 @@ from serving.engine.job import Job, Output, fail
 from serving.engine.scheduler import Scheduler
 from serving.engine.search import Finish
 from serving.engine.step_graphs import StepGraphs
+from tasks.definition import EngineSettings
 
 __all__ = ["Engine", "Job", "Output", "Stats"]
 
@@ -59,13 +60,23 @@ class Stats:
 
 
 class Engine:
-    def __init__(self, encoder: Path, decoder: Path, config: EngineConfig, threads: int = 1, max_rows: int = 256):
+    def __init__(
+        self,
+        encoder: Path,
+        decoder: Path,
+        config: EngineConfig,
+        threads: int = 1,
+        settings: EngineSettings | None = None,
+    ) -> None:
+        """`config`: the checkpoint's decoding rules; `settings`: the task's [engine] table (max_rows, the
+        scheduler's rules)."""
         self.graphs = StepGraphs(encoder, decoder, threads)
         self.layout = self.graphs.layout
         self.decoding = config.decoding
-        self.max_rows = max_rows
+        self.settings = settings or EngineSettings()
+        self.max_rows = self.settings.max_rows
         self.stats = Stats()
-        self.scheduler = Scheduler(max_rows)
+        self.scheduler = Scheduler(self.settings)
         self.batch = RunningBatch(self.layout)
         self._encode_into = functools.partial(self.graphs.encode_into, self.batch)
         self._stop = False

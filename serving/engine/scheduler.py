@@ -5,8 +5,9 @@
 - Bulk jobs yield rows to interactive ones: a step's time grows with its rows, and an interactive request's
   latency with it (the documents bench section measures the result: a single sentence's p50 beside four
   50-sentence documents, against idle). While interactive jobs come, bulk jobs hold at most
-  BULK_ROWS_BESIDE_INTERACTIVE rows; "while" lasts INTERACTIVE_HOLD_S after the last interactive job arrived, so the
-  batch is not refilled with bulk rows in the gap between one request of a client and its next.
+  `bulk_rows_beside_interactive` rows; "while" lasts `interactive_hold_s` after the last interactive job arrived,
+  so the batch is not refilled with bulk rows in the gap between one request of a client and its next. Both are
+  the task's `[engine]` settings (tasks/definition.py, EngineSettings).
 - An encoder call costs about the same for one source or eight: while the batch is nearly full, newcomers wait
   for a quarter of it to free up (a few steps) and are encoded together. An interactive job does not wait.
 
@@ -22,14 +23,13 @@ from collections import deque
 from collections.abc import Sequence
 
 from serving.engine.job import Job
-
-BULK_ROWS_BESIDE_INTERACTIVE = 8
-INTERACTIVE_HOLD_S = 0.5
+from tasks.definition import EngineSettings
 
 
 class Scheduler:
-    def __init__(self, max_rows: int) -> None:
-        self.max_rows = max_rows
+    def __init__(self, settings: EngineSettings) -> None:
+        self.settings = settings
+        self.max_rows = settings.max_rows
         self.wake = threading.Condition()
         self._waiting: dict[object, deque[Job]] = {}  # per group, in the order the groups take turns
         self._interactive_at = -float("inf")  # when the last interactive job was submitted
@@ -66,9 +66,9 @@ class Scheduler:
 
     def bulk_rows(self) -> int:
         """How many rows bulk jobs may hold now: all of them, unless an interactive job arrived in the last
-        INTERACTIVE_HOLD_S (then BULK_ROWS_BESIDE_INTERACTIVE)."""
-        if time.monotonic() - self._interactive_at < INTERACTIVE_HOLD_S:
-            return BULK_ROWS_BESIDE_INTERACTIVE
+        `interactive_hold_s` (then `bulk_rows_beside_interactive`)."""
+        if time.monotonic() - self._interactive_at < self.settings.interactive_hold_s:
+            return self.settings.bulk_rows_beside_interactive
         return self.max_rows
 
     def take_turns(self, rows: int, bulk: int) -> list[Job]:

@@ -40,16 +40,6 @@ from serving.frontends.sentences import Document
 from serving.text.tokenizer import EOS_ID, detokenize, settled_prefix
 from tasks import generation_contract as contract
 
-# Texts may wait for the running batch up to this many rows (sentences x beams) ahead of them; more is refused
-# (bounded latency). A request alone may hold at most this many rows, so it can be admitted when the engine is idle.
-MAX_QUEUED_ROWS = 1024
-# A document's limits (split modes only): over either, the request is refused with INVALID_ARGUMENT. 128 sentences
-# at the widest beam (8) is the queue bound; 10,000 characters is an article of ~300 sentences of 30 characters.
-MAX_DOCUMENT_CHARS = 10_000
-MAX_DOCUMENT_SENTENCES = 128
-# A request of more sentences than this (a document, or a batch of texts) is bulk work for the engine: it yields
-# rows to interactive requests (serving/engine/scheduler.py, BULK_ROWS_BESIDE_INTERACTIVE).
-INTERACTIVE_SENTENCES = 4
 CANCEL_POLL_S = 0.1
 QUEUE_FULL = "the generation queue is full; retry later"
 METRICS_PERIOD_S = 0.5
@@ -69,7 +59,9 @@ class EngineFront(FrontModel):
             self.asset_dir / decoder,
             EngineConfig.from_dict(cfg),
             self.graph_threads(),
+            self.task.engine,
         )
+        self.settings = self.task.engine
         self.streaming = self.endpoint.decoupled
         self.output = self.outputs[0]
         # Sending a response and asking whether a request was cancelled are messages to the server that the
@@ -163,14 +155,15 @@ class EngineFront(FrontModel):
                     continue
                 documents = self.documents(texts, options.split_sentences)
                 rows = sum(len(document.pieces) for document in documents) * options.num_beams
-                if rows > MAX_QUEUED_ROWS:
+                most = self.settings.max_queued_rows
+                if rows > most:
                     raise InputError(
-                        f"the request's texts are {rows // options.num_beams:,} sentences x "
-                        f"{options.num_beams} beams = {rows:,} rows; the limit is {MAX_QUEUED_ROWS:,} rows "
-                        "per request (send fewer texts per request, or fewer beams)",
+                        f"the request's texts are {rows // options.num_beams:,} sentences x {options.num_beams} "
+                        f"beams = {rows:,} rows; the limit is {most:,} rows per request (send fewer texts per "
+                        "request, or fewer beams)",
                         "document_too_long",
                     )
-                if self.engine.queued_rows() + rows > MAX_QUEUED_ROWS:
+                if self.engine.queued_rows() + rows > most:
                     raise Overloaded()
             except InputError as err:
                 sender.send(self.error_response(str(err)), flags=final)
@@ -198,7 +191,7 @@ class EngineFront(FrontModel):
                     reply.cancelled,
                     reply.fail,
                     group=reply,
-                    bulk=len(pieces) > INTERACTIVE_SENTENCES,
+                    bulk=len(pieces) > self.settings.interactive_sentences,
                 )
                 self.engine.submit(job)
         for options, group in whole.items():
@@ -210,19 +203,20 @@ class EngineFront(FrontModel):
         """Each text as the pieces the model translates: its sentences, cut further where one is longer than the
         model's window (mode "0": the text itself, truncated at the window, without the document limits)."""
         window = self.source.max_tokens - 1  # the end-of-sequence token takes one place
+        most_chars, most_sentences = self.settings.max_document_chars, self.settings.max_document_sentences
         for i, text in enumerate(texts):
-            if mode != "0" and len(text) > MAX_DOCUMENT_CHARS:
+            if mode != "0" and len(text) > most_chars:
                 raise InputError(
-                    f"TEXT[{i}] has {len(text):,} characters; the limit is {MAX_DOCUMENT_CHARS:,} characters per "
-                    "text (split the document into several texts)",
+                    f"TEXT[{i}] has {len(text):,} characters; the limit is {most_chars:,} characters per text "
+                    "(split the document into several texts)",
                     "document_too_long",
                 )
         documents = [sentences.read(text, mode, window, self.source.token_ends) for text in texts]
         for i, document in enumerate(documents):
-            if len(document.pieces) > MAX_DOCUMENT_SENTENCES:
+            if len(document.pieces) > most_sentences:
                 raise InputError(
-                    f"TEXT[{i}] has {len(document.pieces):,} sentences; the limit is {MAX_DOCUMENT_SENTENCES} "
-                    "sentences per text (split the document into several texts)",
+                    f"TEXT[{i}] has {len(document.pieces):,} sentences; the limit is {most_sentences} sentences per "
+                    "text (split the document into several texts)",
                     "document_too_long",
                 )
         return documents

@@ -15,7 +15,7 @@ from reliability_helpers import CLIENTS, OUTPUT, PUBLIC_MODELS, connect, infer, 
 from tritonclient.utils import InferenceServerException
 
 from serving.frontends.base import MAX_TEXT_BYTES
-from serving.frontends.engine_front import MAX_DOCUMENT_CHARS
+from tasks.definition import get
 
 # name → (texts, expected error regex or None for "answered")
 TEXT_CASES = {
@@ -34,6 +34,7 @@ TEXT_CASES = {
     "mixed_scripts_and_emoji": (["Hello 世界 😀 مرحبا Привет こんにちは 🇨🇳"], None),
 }
 # translate reads a text as a document of sentences, up to its own limit (the others read a long text in windows)
+MAX_DOCUMENT_CHARS = get("translate").engine.max_document_chars
 DOCUMENT_LIMIT = rf"TEXT\[0\] has [\d,]+ characters; the limit is {MAX_DOCUMENT_CHARS:,} characters per text"
 PER_MODEL = {("translate", "100k_characters"): DOCUMENT_LIMIT, ("translate", "at_the_size_limit"): DOCUMENT_LIMIT}
 
