@@ -377,7 +377,8 @@ def markdown(section: dict[str, Any]) -> list[str]:
     if refusals:
         lines += [
             f"Overload refusals, retried with the SDK's backoff (median per window, summed over the rows): "
-            f"{refusals:g}; the bound is the engine's backlog (max_queued_rows, the [engine] table of tasks/translate.toml).",
+            f"{refusals:g}; the bound is the engine's backlog (max_queued_rows, the [engine] table of "
+            "tasks/translate.toml).",
             "",
         ]
     return lines
