@@ -26,8 +26,8 @@ import numpy as np
 
 from benchmarks.stats import cpu_flags
 from export.training.data import DEFAULT_DATA_DIR, sentiment_splits
-from serving.frontends.base import length_buckets
-from serving.frontends.sentiment import ENCODER_ROWS, POOLING, label_and_score, pad_rows
+from serving.frontends.base import length_buckets, pad_rows
+from serving.frontends.sentiment import ENCODER_ROWS, POOLING, label_and_score
 from serving.frontends.windows import POOLINGS, pool, window_rows
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,7 +56,7 @@ class Encoder:
     def __init__(self, folder: Path, threads: int) -> None:
         from tokenizers import Tokenizer
 
-        from serving.frontends.sentiment import in_process_session
+        from serving.providers import in_process_session
 
         self.config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
         self.window = int(self.config["max_tokens"])

@@ -196,13 +196,18 @@ class GrpcTritonUser(User):
     wait_time = constant(0)
 
     def on_start(self) -> None:
+        import grpc
         from tritonclient.grpc import service_pb2_grpc
 
         self.client = grpcclient.InferenceServerClient(url=SETTINGS["grpc_host"])
-        self.stub = service_pb2_grpc.GRPCInferenceServiceStub(self.client._channel)  # the streaming twins
+        # The streaming twins: a stream read in this greenlet, on a channel of its own (tritonclient's streams
+        # read on a thread of theirs)
+        self.channel = grpc.insecure_channel(SETTINGS["grpc_host"])
+        self.stub = service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
 
     def on_stop(self) -> None:
         self.client.close()  # an open channel keeps locust from exiting
+        self.channel.close()
 
     @task
     def infer(self) -> None:

@@ -214,17 +214,14 @@ def test_churn_drops_nothing_and_mixes_nothing_up(translate):
     cancelled = set(range(0, len(sources), 5))
     engine, collected = translate.engine(max_rows=48), Collector()
     steps = {"n": 0}
-    jobs = [
-        Job(
-            s,
-            translate.new_tokens,
-            1 + 3 * (i % 2),
-            collected.callback(i),
-            lambda i=i: i in cancelled and steps["n"] > 3,
-        )
-        for i, s in enumerate(sources)
-    ]
-    staggered(engine, jobs, seed=2, most=5, after_step=lambda: steps.update(n=steps["n"] + 1))
+    jobs = [Job(s, translate.new_tokens, 1 + 3 * (i % 2), collected.callback(i)) for i, s in enumerate(sources)]
+
+    def after_step() -> None:
+        steps["n"] += 1
+        if steps["n"] == 4:  # running, waiting or not yet submitted
+            engine.cancel(jobs[i] for i in cancelled)
+
+    staggered(engine, jobs, seed=2, most=5, after_step=after_step)
     assert set(collected.finals) == set(range(len(sources))), "every source got a final callback"
     assert all(count == 1 for count in collected.finals.values())
     greedy, beam = translate.expected(1, sources=sources), translate.expected(4, sources=sources)

@@ -132,3 +132,10 @@ def test_a_callback_that_raises_fails_its_job_not_the_step():
     untold = Job([2], 4, 1, broken)
     with pytest.raises(ValueError):
         Output(untold, [7], Finish.LENGTH).deliver()
+
+
+def test_a_failed_step_reaches_the_job_as_an_error_output():
+    errors, tokens = [], []
+    job = Job([2], 4, 1, lambda new, final: tokens.append(new), on_error=errors.append)
+    Output(job, [], Finish.ERROR, "generation failed: out of memory").deliver()
+    assert errors == ["generation failed: out of memory"] and job.failed and tokens == []

@@ -17,7 +17,7 @@ from benchmarks.long_reviews import HOTEL_PRAISE, HOTEL_REVIEW, HOTEL_VERDICT
 from serving.frontends.base import BatchTokenizer
 from serving.frontends.options import NoOptions
 from serving.frontends.sentiment import POOLING, SentimentFront, label_and_score
-from serving.frontends.summarize import SpanExtraction
+from serving.frontends.summarize import SpanExtractor
 from serving.frontends.windows import MAX_WINDOWS, POOLINGS, pool, sentence_windows, window_rows
 from serving.text.spans import candidates, window_candidates
 from serving.text.tokenizer import BOS_ID, EOS_ID, UNK_ID
@@ -209,20 +209,19 @@ def test_a_review_past_max_windows_counts_as_truncated():
 # --- extractive summaries, with a fake scorer -------------------------------------------------------------
 
 
-class FakeScorer(SpanExtraction):
-    """SpanExtraction with a scorer that likes the tokens of one phrase (and records its rows)."""
+class FakeScorer:
+    """A real SpanExtractor whose scorer likes the tokens of one phrase (and records its rows)."""
 
     def __init__(self, liked: str) -> None:
-        self.source = SUMMARIZE_TOKENIZER
-        self.models = {"extractor": "summarize_extractor"}
         self.metrics = Recorder()
         self.liked = set(SUMMARIZE_TOKENIZER.tokenizer.encode(liked, add_special_tokens=False).ids)
         self.rows: list[np.ndarray] = []
+        self.extract = SpanExtractor(SUMMARIZE_TOKENIZER, self.metrics, self.score).extract
 
-    def bls(self, model, feeds, outputs):
+    def score(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         ids = feeds["input_ids"]
         self.rows += [row[m == 1] for row, m in zip(ids, feeds["attention_mask"], strict=True)]
-        return {"token_scores": np.isin(ids, list(self.liked)).astype(np.float32)}
+        return np.isin(ids, list(self.liked)).astype(np.float32)
 
 
 def test_an_extractive_summary_can_come_from_past_the_first_window():

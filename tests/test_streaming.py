@@ -169,25 +169,31 @@ def test_queued_pieces_go_out_one_response_per_request_first_pieces_first():
 
 
 def test_a_failed_row_ends_its_request_once_with_the_error():
-    """The engine reports a row's failure: the request gets one final error, its other rows leave at the next
-    step (they read as cancelled), and their later tokens send nothing more."""
+    """The engine reports a row's failure: the request gets one final error, its other rows are cancelled (they
+    leave at the next step), and their later tokens send nothing more."""
+    from serving.engine.job import Job
     from serving.frontends.engine_front import Reply
     from serving.frontends.sentences import Document
 
-    class Front:  # what Reply reads of its front model; records what would be sent
+    class Front:  # what Reply reads of its front model; records what would be sent and cancelled
         streaming = True
 
         def __init__(self) -> None:
             self.sent: list[tuple] = []
+            self.cancelled: list[Job] = []
+            self.engine = self
 
         def queue_response(self, reply, pieces, final, error=None):
             self.sent.append((list(pieces), final, error))
 
+        def cancel(self, jobs):
+            self.cancelled += jobs
+
     front = Front()
     reply = Reply(front, sender=object(), documents=[Document((text,), ("", "")) for text in "ab"])
-    assert not reply.cancelled()
+    reply.jobs += [Job([2], 4, 1, reply.callback(row)) for row in range(2)]
     reply.fail("generation failed: out of memory")
     reply.fail("generation failed: again")
     reply.callback(1)([5, 6], True)
     assert front.sent == [(["", ""], True, "generation failed: out of memory")]
-    assert reply.cancelled()
+    assert front.cancelled == reply.jobs

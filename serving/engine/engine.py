@@ -10,8 +10,11 @@ One running batch holds the rows of every source being decoded (num_beams rows e
    the rows its next step continues; finished, cancelled and failed sources leave at once.
 
 `Engine.step` returns what each source has to report (`Output`: its newly stable tokens, and why it ended), which
-`Output.deliver` hands to the job's callback. Nothing is padded to a longer neighbour beyond the source padding of
-the cross-attention, and settings (max_new_tokens, num_beams) are per source, so no grouping by settings.
+`Output.deliver` hands to the job's callbacks, in the thread that delivers: the front model delivers on its
+response thread, so that detokenizing and assembling answers never hold up the next step.
+
+Nothing is padded to a longer neighbour beyond the source padding of the cross-attention, and settings
+(max_new_tokens, num_beams) are per source, so no grouping by settings.
 
 `Engine.run_until_idle` drives the loop in the caller's thread (tests, offline use); `Engine.start` runs it in a
 background thread, which the Triton front model does.
@@ -24,6 +27,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +38,7 @@ from serving.engine import search
 from serving.engine.batch import RunningBatch
 from serving.engine.batch_search import block_ngrams, take_step
 from serving.engine.config import EngineConfig
-from serving.engine.job import Job, Output, fail
+from serving.engine.job import Job, Output, deliver_all, fail
 from serving.engine.scheduler import Scheduler
 from serving.engine.search import Finish
 from serving.engine.step_graphs import StepGraphs
@@ -81,6 +85,7 @@ class Engine:
         self._encode_into = functools.partial(self.graphs.encode_into, self.batch)
         self._stop = False
         self._thread: threading.Thread | None = None
+        self._deliver: Callable[[list[Output]], None] = deliver_all
 
     # -- submitting --------------------------------------------------------------------------------------------
     def submit(self, job: Job) -> None:
@@ -90,6 +95,12 @@ class Engine:
                 f"tokens per row), got {job.num_beams}"
             )
         self.scheduler.submit(job)
+
+    def cancel(self, jobs: Iterable[Job]) -> None:
+        """End these jobs at the next step (their clients went away), waiting or running: each answers CANCELLED
+        and leaves. Safe from any thread: a flag the engine's thread reads once per step."""
+        for job in jobs:
+            job.cancelled = True
 
     def queued_rows(self) -> int:
         """Rows running and waiting: the engine's backlog, which the front model bounds."""
@@ -102,7 +113,10 @@ class Engine:
             return bool(self.batch.jobs) or self.scheduler.has_waiting()
 
     # -- running -------------------------------------------------------------------------------------------------
-    def start(self) -> None:
+    def start(self, deliver: Callable[[list[Output]], None] = deliver_all) -> None:
+        """Step in a background thread while there is work; each step's outputs go to `deliver` (by default
+        delivered in that thread)."""
+        self._deliver = deliver
         self._thread = threading.Thread(target=self._loop, name="generation-engine", daemon=True)
         self._thread.start()
 
@@ -127,19 +141,19 @@ class Engine:
                 if self._stop:
                     return
             try:
-                self.iterate()
+                self._deliver(self.step())
             except Exception:  # noqa: BLE001 - already answered to every job that could be; the engine goes on
                 traceback.print_exc(file=sys.stderr)
 
     def iterate(self) -> None:
-        """One step, its outputs delivered to the jobs' callbacks."""
-        for output in self.step():
-            output.deliver()
+        """One step, its outputs delivered to the jobs' callbacks in this thread."""
+        deliver_all(self.step())
 
     # -- one step ------------------------------------------------------------------------------------------------
     def step(self) -> list[Output]:
         """Admit, decode, search; the outputs of the jobs that have something to report. A failure ends every
-        job it touched with the error (their on_error), and the engine goes on as if they had never come."""
+        job it touched (an ERROR output each), and the engine goes on as if they had never come; it raises
+        instead if a job could not be told (no on_error: offline use)."""
         admitted: list[Job] = []
         try:
             admitted, refused = self._admit()
@@ -153,9 +167,11 @@ class Engine:
             failed = self.batch.clear()
             failed += [job for job in admitted if job not in failed]
             self.stats.running_rows = 0
-            if not fail(failed, f"generation failed: {err}"):
+            message = f"generation failed: {err}"
+            if any(job.on_error is None for job in failed):
+                fail(failed, message)
                 raise
-            return []
+            return [Output(job, [], Finish.ERROR, message) for job in failed]
 
     def _admit(self) -> tuple[list[Job], list[Output]]:
         """The waiting jobs that join now, each with a fresh search; and the answers of those cancelled meanwhile."""
@@ -163,7 +179,7 @@ class Engine:
         refused: list[Output] = []
         now = time.perf_counter()
         for job in self.scheduler.admit(self.batch.jobs):
-            if job.cancelled():
+            if job.cancelled:
                 refused.append(Output(job, [], Finish.CANCELLED))
                 continue
             self.stats.queue_seconds.append(now - job.submitted)
@@ -198,7 +214,7 @@ class Engine:
         return sorted(outputs, key=lambda output: output.job.state.steps != 1)
 
     def _output(self, job: Job) -> Output | None:
-        if job.cancelled():
+        if job.cancelled:
             return Output(job, [], Finish.CANCELLED)
         state = job.state
         if state.steps == 1:  # its first token (or its end) is known now

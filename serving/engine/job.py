@@ -16,7 +16,7 @@ TokenCallback = Callable[[list[int], bool], None]  # (newly stable tokens, final
 @dataclass(eq=False)
 class Job:
     """One source text submitted to the engine. `on_tokens` receives the tokens every possible answer starts
-    with as they become known, and the rest with final=True; `cancelled()` is polled once per step. If its step
+    with as they become known, and the rest with final=True (after Engine.cancel: none, final). If its step
     fails (or its own callback raises), `on_error` gets the message instead and the job leaves; a job without
     one makes the failure raise (offline use)."""
 
@@ -24,7 +24,6 @@ class Job:
     max_new_tokens: int
     num_beams: int
     on_tokens: TokenCallback
-    cancelled: Callable[[], bool] = lambda: False
     on_error: Callable[[str], None] | None = None
     submitted: float = field(default_factory=time.perf_counter)
     # The jobs of one request (a document's sentences) share a group, and groups take turns; a bulk job (a
@@ -33,6 +32,7 @@ class Job:
     bulk: bool = False
     sequence: SourceSearch | None = None  # set when it joins the running batch
     sent: int = 0  # tokens already passed to on_tokens
+    cancelled: bool = False  # set by Engine.cancel: it answers CANCELLED and leaves at the next step
     failed: bool = False  # told on_error: it leaves at the next step, and hears nothing more
 
     @property
@@ -45,19 +45,30 @@ class Job:
 
 @dataclass(frozen=True)
 class Output:
-    """What one step has for one job: the tokens that became stable, and, on its last, why it ended."""
+    """What one step has for one job: the tokens that became stable, and, on its last, why it ended (with the
+    message when its step failed)."""
 
     job: Job
     tokens: list[int]
     finish: Finish | None = None
+    error: str = ""
 
     def deliver(self) -> None:
-        """Pass it to the job's callback; if that raises, the job fails (on_error) and leaves the batch."""
+        """Pass it to the job's callback (on_error for a failed step); if on_tokens raises, the job fails
+        (on_error) and leaves the batch. Whichever thread calls this runs the callbacks."""
+        if self.finish is Finish.ERROR:
+            fail([self.job], self.error)
+            return
         try:
             self.job.on_tokens(self.tokens, self.finish is not None)
         except Exception as err:
             if not fail([self.job], f"answering failed: {err}"):
                 raise
+
+
+def deliver_all(outputs: Sequence[Output]) -> None:
+    for output in outputs:
+        output.deliver()
 
 
 def fail(jobs: Sequence[Job], message: str) -> bool:

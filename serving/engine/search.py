@@ -43,6 +43,7 @@ class Finish(Enum):
     EOS = "eos"  # it generated eos (or, beam search, had its hypotheses and could not improve on them)
     LENGTH = "length"  # it ran out of new tokens (max_new_tokens)
     CANCELLED = "cancelled"  # its client went away
+    ERROR = "error"  # its step failed (the output carries the message)
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnxruntime as ort
 from numpy.typing import NDArray
 
 from serving.engine.batch import RunningBatch
-from serving.providers import inference_session
+from serving.providers import in_process_session
 from tasks import generation_contract as contract
 
 # What one more encoder call costs beyond its tokens, in padded tokens (see length_groups).
@@ -24,15 +23,11 @@ ENCODER_CALL_TOKENS = 32
 
 class StepGraphs:
     def __init__(self, encoder: Path, decoder: Path, threads: int) -> None:
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         # CUDA where this onnxruntime has it (serving/providers.py). The caches live in NumPy between steps, and
         # ORT's CUDA GroupQueryAttention takes float16/bfloat16 only, so on a GPU the float32 self-attention runs
         # on the CPU provider and the caches cross over every step: correct, not yet fast (not run here: no GPU).
-        self.encoder = inference_session(encoder, options)
-        self.decoder = inference_session(decoder, options)
+        self.encoder = in_process_session(encoder, threads)
+        self.decoder = in_process_session(decoder, threads)
         self.layout = contract.layout(
             {i.name: i.shape for i in self.decoder.get_inputs()}, {o.name: o.shape for o in self.decoder.get_outputs()}
         )

@@ -49,6 +49,10 @@ class InputError(ValueError):
         self.reason = reason
 
 
+class Overloaded(Exception):
+    """A valid request refused for now: its message is returned as UNAVAILABLE, which the SDK retries."""
+
+
 def decode_texts(raw: np.ndarray, name: str = TEXT_INPUT) -> list[str]:
     """BYTES tensor [N, 1] → N Python strings, refusing invalid UTF-8 and empty text."""
     arr = np.asarray(raw)
@@ -165,6 +169,17 @@ def padded_width(longest: int) -> int:
     return max(PAD_MULTIPLE, -(-longest // PAD_MULTIPLE) * PAD_MULTIPLE)
 
 
+def pad_rows(rows: Sequence[Sequence[int]], pad_id: int = 0, truncated: list[bool] | None = None) -> Encoded:
+    """Rows of token ids as one padded batch, a multiple of PAD_MULTIPLE wide."""
+    lengths = [len(row) for row in rows]
+    ids = np.full((len(rows), padded_width(max(lengths))), pad_id, dtype=np.int64)
+    mask = np.zeros_like(ids)
+    for number, row in enumerate(rows):
+        ids[number, : len(row)] = row
+        mask[number, : len(row)] = 1
+    return Encoded(ids, mask, lengths, truncated or [False] * len(rows))
+
+
 # Texts of a batch differ in length (the benchmark's sentiment reviews: 20.5 tokens at the median, 82 at p90, cut
 # at 128), and one padded batch makes every row as long as the longest. Rows are grouped by padded width instead,
 # one encoder call per group: the encoder's time grows with the tokens it is given, padding included, while an
@@ -223,14 +238,7 @@ class BatchTokenizer:
         # An empty encoding would leave a row with every key masked; read it as one unknown token.
         seqs = [(ids[:keep] or [UNK_ID]) + list(suffix) for ids in all_ids]
         truncated = [len(ids) > keep for ids in all_ids]
-        lengths = [len(s) for s in seqs]
-        width = padded_width(max(lengths))
-        ids = np.full((len(seqs), width), self.pad_id, dtype=np.int64)
-        mask = np.zeros((len(seqs), width), dtype=np.int64)
-        for row, seq in enumerate(seqs):
-            ids[row, : len(seq)] = seq
-            mask[row, : len(seq)] = 1
-        return Encoded(ids, mask, lengths, truncated)
+        return pad_rows(seqs, self.pad_id, truncated)
 
     def token_ends(self, texts: Sequence[str]) -> list[list[int]]:
         """Per text, the character offset where each of its tokens ends (before truncation)."""
@@ -369,6 +377,16 @@ class FrontModel:
         """Results for texts that share `options` (an ``Options``), one tuple of output values per text."""
         raise NotImplementedError
 
+    def runs_as_group(self, options: Any) -> bool:
+        """Whether requests with these options are answered by :meth:`run_group`, every request of the batch that
+        shares them in one call; otherwise :meth:`submit` takes each on."""
+        return True
+
+    def submit(self, request: Any, texts: list[str], options: Any) -> None:
+        """Take on a valid request, answered later through its response sender (the generation engine's front
+        models). Raise :class:`InputError` (refused by name) or :class:`Overloaded` before taking it on."""
+        raise NotImplementedError
+
     # -- shared flow ---------------------------------------------------------------------
     def execute(self, requests: list[Any]) -> list[Any] | None:
         """Every request's answer: returned, or (see :func:`sends_after_execute`) sent once this returns."""
@@ -393,17 +411,28 @@ class FrontModel:
                     print(f"ropeserve: {self.metrics.instance}: sending an answer failed: {err}", file=sys.stderr)
 
     def answer(self, requests: list[Any]) -> list[Any]:
+        """Every request read and validated once, then answered in its group (:meth:`run_group`) or taken on
+        (:meth:`submit`): each request's response, or None for those taken on."""
         responses: list[Any] = [None] * len(requests)
         groups: dict[Any, list[ParsedRequest]] = {}
         self.metrics.requests(len(requests))
+        accepted = 0
         for i, request in enumerate(requests):
             try:
                 job = ParsedRequest(i, *self.read_request(request))
-                groups.setdefault(job.options, []).append(job)
+                if self.runs_as_group(job.options):
+                    groups.setdefault(job.options, []).append(job)
+                else:
+                    self.submit(request, job.texts, job.options)
+                accepted += len(job.texts)
             except InputError as err:
                 responses[i] = self.error_response(str(err))
                 self.metrics.rejected(err.reason)
-        self.metrics.batch(sum(len(job.texts) for jobs in groups.values() for job in jobs))
+            except Overloaded as err:
+                error = self.pb.TritonError(str(err), self.pb.TritonError.UNAVAILABLE)
+                responses[i] = self.pb.InferenceResponse(error=error)
+                self.metrics.rejected("overloaded")
+        self.metrics.batch(accepted)
         for options, jobs in groups.items():
             texts = [t for job in jobs for t in job.texts]
             try:

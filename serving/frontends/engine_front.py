@@ -3,7 +3,7 @@
 The front model validates each request as every front model does, then hands its texts to the engine
 (serving/engine/) running in this process and returns at once: Triton can pass the next requests while the first
 ones decode, and they join the running batch at the next step. Answers go back through each request's response
-sender from the engine's thread: one response per request (the endpoint), or, for the decoupled twin
+sender from the front model's messenger thread: one response per request (the endpoint), or, for the decoupled twin
 (`<task>_stream`), a response each time some text is certain, flagged final at the end. The pieces of a stream
 concatenated equal the non-streaming answer.
 
@@ -31,9 +31,10 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from serving.engine.config import EngineConfig
-from serving.engine.engine import Engine, Job
+from serving.engine.engine import Engine, Job, Output
+from serving.engine.job import deliver_all
 from serving.frontends import sentences
-from serving.frontends.base import BatchTokenizer, FrontModel, InputError
+from serving.frontends.base import BatchTokenizer, FrontModel, InputError, Overloaded
 from serving.frontends.metrics import EngineLoad
 from serving.frontends.options import EngineOptions, TranslateOptions
 from serving.frontends.sentences import Document
@@ -64,14 +65,16 @@ class EngineFront(FrontModel):
         self.settings = self.task.engine
         self.streaming = self.endpoint.decoupled
         self.output = self.outputs[0]
-        # Sending a response and asking whether a request was cancelled are messages to the server that the
-        # caller waits for: a thread of their own does both, so the engine's thread only decodes.
-        self._outbox: queue.SimpleQueue[Outgoing | None] = queue.SimpleQueue()
+        # The engine's thread only decodes. Its outputs come to a thread of their own (the messenger), which
+        # delivers them to the requests' replies (detokenizing, assembling documents) and sends the responses
+        # they make: sending and asking whether a request was cancelled are messages the caller waits for.
+        self._outbox: queue.SimpleQueue[list[Output] | None] = queue.SimpleQueue()
+        self._responses: list[Outgoing] = []  # made by the messenger's deliveries, sent at the end of its round
         self._live: set[Reply] = set()
         self._live_lock = threading.Lock()
         self._messenger = threading.Thread(target=self._send_and_poll, name="engine-responses", daemon=True)
         self._messenger.start()
-        self.engine.start()
+        self.engine.start(deliver=self._outbox.put)
         self._reporting = threading.Event()
         threading.Thread(target=self._report_metrics, name="engine-metrics", daemon=True).start()
 
@@ -83,21 +86,24 @@ class EngineFront(FrontModel):
         super().finalize()
 
     def _send_and_poll(self) -> None:
-        """Send what the engine's thread queued; every CANCEL_POLL_S ask for each live request whether its client
-        cancelled or went away."""
+        """Deliver the engine's outputs and send the responses they make; every CANCEL_POLL_S ask for each live
+        request whether its client cancelled or went away."""
         polled = time.monotonic()
         while True:
             try:
-                items = [self._outbox.get(timeout=CANCEL_POLL_S)]
+                steps = [self._outbox.get(timeout=CANCEL_POLL_S)]
             except queue.Empty:
-                items = []
+                steps = []
             while True:  # and whatever else is queued by now
                 try:
-                    items.append(self._outbox.get_nowait())
+                    steps.append(self._outbox.get_nowait())
                 except queue.Empty:
                     break
-            stopping = None in items
-            for sender, pieces, final, error in _coalesce([item for item in items if item is not None]):
+            for outputs in steps:
+                if outputs is not None:
+                    deliver_all(outputs)  # every job has on_error: a failing callback fails its request only
+            responses, self._responses = self._responses, []
+            for sender, pieces, final, error in _coalesce(responses):
                 try:
                     if error is None:
                         self.respond(sender, pieces, final)
@@ -111,7 +117,7 @@ class EngineFront(FrontModel):
                         file=sys.stderr,
                         flush=True,
                     )
-            if stopping:
+            if None in steps:
                 return
             if time.monotonic() - polled >= CANCEL_POLL_S:
                 polled = time.monotonic()
@@ -121,13 +127,13 @@ class EngineFront(FrontModel):
                     reply.poll()
 
     def queue_response(self, reply: Reply, pieces: Sequence[str], final: bool, error: str | None = None) -> None:
-        """Hand a response of the engine's thread to the messenger thread; a final one (an error is final) ends the
-        reply's polling."""
+        """A response a delivery made (on the messenger thread), sent at the end of the round; a final one (an
+        error is final) ends the reply's polling."""
         if final or error is not None:
             with self._live_lock:
                 self._live.discard(reply)
         first, reply.started = not reply.started, True
-        self._outbox.put((reply.sender, pieces, final, first, error))
+        self._responses.append((reply.sender, pieces, final, first, error))
 
     def _report_metrics(self) -> None:
         """The engine's gauges and counters, twice a second (what a step counts is summed here, not per step)."""
@@ -141,63 +147,50 @@ class EngineFront(FrontModel):
             steps = stats.steps
 
     def execute(self, requests: list[Any]) -> None:
-        self.metrics.requests(len(requests))
+        """Every answer goes through its request's response sender: now for the refused ones and those answered as
+        a group, from the engine later for those taken on."""
         final = self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-        accepted = 0
-        # options → (sender, texts) of the requests answered in one call
-        whole: dict[EngineOptions, list[tuple[Any, list[str]]]] = {}
-        for request in requests:
-            sender = request.get_response_sender()
-            try:
-                texts, options = self.read_request(request)
-                if self.answers_whole(options):
-                    whole.setdefault(options, []).append((sender, texts))
-                    continue
-                documents = self.documents(texts, options.split_sentences)
-                rows = sum(len(document.pieces) for document in documents) * options.num_beams
-                most = self.settings.max_queued_rows
-                if rows > most:
-                    raise InputError(
-                        f"the request's texts are {rows // options.num_beams:,} sentences x {options.num_beams} "
-                        f"beams = {rows:,} rows; the limit is {most:,} rows per request (send fewer texts per "
-                        "request, or fewer beams)",
-                        "document_too_long",
-                    )
-                if self.engine.queued_rows() + rows > most:
-                    raise Overloaded()
-            except InputError as err:
-                sender.send(self.error_response(str(err)), flags=final)
-                self.metrics.rejected(err.reason)
-                continue
-            except Overloaded:
-                error = self.pb.TritonError(QUEUE_FULL, self.pb.TritonError.UNAVAILABLE)
-                sender.send(self.pb.InferenceResponse(error=error), flags=final)
-                self.metrics.rejected("overloaded")
-                continue
-            pieces = [piece for document in documents for piece in document.pieces]
-            batch = self.encode(self.source, pieces, suffix=[EOS_ID])
-            self.metrics.sentences([len(document.pieces) for document in documents])
-            accepted += len(texts)
-            reply = Reply(self, sender, documents)
-            with self._live_lock:
-                self._live.add(reply)  # polled for cancellation until its final response is queued
-            for row in range(len(pieces)):
-                source = batch.ids[row, : batch.lengths[row]].tolist()
-                job = Job(
-                    source,
-                    options.max_new_tokens,
-                    options.num_beams,
-                    reply.callback(row),
-                    reply.cancelled,
-                    reply.fail,
-                    group=reply,
-                    bulk=len(pieces) > self.settings.interactive_sentences,
-                )
-                self.engine.submit(job)
-        for options, group in whole.items():
-            accepted += self._answer_whole(group, options)
-        self.metrics.batch(accepted)
-        return None
+        for request, response in zip(requests, self.answer(requests)):
+            if response is not None:
+                request.get_response_sender().send(response, flags=final)
+
+    def runs_as_group(self, options: EngineOptions) -> bool:
+        return False  # every text goes to the engine, unless a subclass answers some options whole
+
+    def submit(self, request: Any, texts: list[str], options: EngineOptions) -> None:
+        """The request's texts as documents whose pieces (sentences) are engine jobs, refused instead when they are
+        too many for any queue (INVALID_ARGUMENT) or for the engine's queue now (UNAVAILABLE)."""
+        documents = self.documents(texts, options.split_sentences)
+        pieces = [piece for document in documents for piece in document.pieces]
+        rows = len(pieces) * options.num_beams
+        most = self.settings.max_queued_rows
+        if rows > most:
+            raise InputError(
+                f"the request's texts are {len(pieces):,} sentences x {options.num_beams} beams = {rows:,} rows; "
+                f"the limit is {most:,} rows per request (send fewer texts per request, or fewer beams)",
+                "document_too_long",
+            )
+        if self.engine.queued_rows() + rows > most:
+            raise Overloaded(QUEUE_FULL)
+        batch = self.encode(self.source, pieces, suffix=[EOS_ID])
+        self.metrics.sentences([len(document.pieces) for document in documents])
+        reply = Reply(self, request.get_response_sender(), documents)
+        with self._live_lock:
+            self._live.add(reply)  # polled for cancellation until its final response is queued
+        bulk = len(pieces) > self.settings.interactive_sentences
+        for row in range(len(pieces)):
+            source = batch.ids[row, : batch.lengths[row]].tolist()
+            job = Job(
+                source,
+                options.max_new_tokens,
+                options.num_beams,
+                reply.callback(row),
+                reply.fail,
+                group=reply,
+                bulk=bulk,
+            )
+            reply.jobs.append(job)
+            self.engine.submit(job)
 
     def documents(self, texts: list[str], mode: str) -> list[Document]:
         """Each text as the pieces the model translates: its sentences, cut further where one is longer than the
@@ -221,39 +214,10 @@ class EngineFront(FrontModel):
                 )
         return documents
 
-    def answers_whole(self, options: EngineOptions) -> bool:
-        """Whether a request with these options is answered whole by :meth:`whole_answer` (a subclass's other
-        mode) rather than generated token by token."""
-        return False
-
-    def whole_answer(self, texts: list[str], options: EngineOptions) -> list[str]:
-        """One answer per text, for the requests :meth:`answers_whole` picks: all of them with the same options
-        in one call, so they batch as a front model's group does."""
-        raise NotImplementedError
-
-    def _answer_whole(self, group: list[tuple[Any, list[str]]], options: EngineOptions) -> int:
-        """Answer each request of the group in one final response; the texts answered (0 on a fault)."""
-        texts = [text for _, request_texts in group for text in request_texts]
-        try:
-            answers = self.whole_answer(texts, options)
-        except Exception as err:  # noqa: BLE001 - a server fault must answer every request, not hang them
-            for sender, _ in group:
-                sender.send(self.internal_error_response(err), flags=self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-            return 0
-        start = 0
-        for sender, request_texts in group:
-            self.respond(sender, answers[start : start + len(request_texts)], True)
-            start += len(request_texts)
-        return len(texts)
-
     def respond(self, sender: Any, pieces: Sequence[str], final: bool) -> None:
         tensor = self.pb.Tensor(self.output, np.array([[p.encode("utf-8")] for p in pieces], dtype=np.object_))
         flags = self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0
         sender.send(self.pb.InferenceResponse(output_tensors=[tensor]), flags=flags)
-
-
-class Overloaded(Exception):
-    pass
 
 
 Outgoing = tuple[Any, Sequence[str], bool, bool, "str | None"]  # sender, pieces, final, first, error
@@ -276,8 +240,9 @@ def _coalesce(items: list[Outgoing]) -> list[tuple[Any, list[str], bool, str | N
 
 
 class Reply:
-    """The answer to one request, filled row by row from the engine's thread. Each text is a document whose
-    pieces (sentences) are rows; a text's answer is its pieces' answers joined in the source's layout."""
+    """The answer to one request, filled row by row as the engine's outputs are delivered (on the front model's
+    messenger thread, which alone changes it). Each text is a document whose pieces (sentences) are rows; a text's
+    answer is its pieces' answers joined in the source's layout."""
 
     def __init__(self, front: EngineFront, sender: Any, documents: Sequence[Document]) -> None:
         self.front = front
@@ -293,53 +258,48 @@ class Reply:
         self.answers: list[str | None] = [None] * rows  # per row, its text once it is done
         self.frontier = list(self.first_row)  # per text, its first row not done: the only one a stream shows
         self.sent = [""] * len(self.documents)  # text already streamed, per text
-        self.lock = threading.Lock()
+        self.jobs: list[Job] = []  # per row
         self.is_cancelled = False
         self.started = False  # a response was queued
         self.failed = False  # a row failed; the error response is queued
 
     def poll(self) -> None:
         """Ask the server whether the client cancelled or went away (the messenger thread, every CANCEL_POLL_S)."""
-        if not self.is_cancelled:
-            self.is_cancelled = bool(self.sender.is_cancelled())
-
-    def cancelled(self) -> bool:
-        """The client went away or cancelled, as last polled, or another of its rows failed: read by the engine every
-        step, so the request's other rows leave too."""
-        return self.is_cancelled or self.failed
+        if not self.is_cancelled and self.sender.is_cancelled():
+            self.is_cancelled = True
+            self.front.engine.cancel(self.jobs)
 
     def fail(self, message: str) -> None:
         """A row's generation failed: the request ends with the error (once), unless it was answered already."""
-        with self.lock:
-            if self.failed or self.finished():
-                return
-            self.failed = True
-            self.front.queue_response(self, [""] * len(self.sent), True, message)
+        if self.failed or self.finished():
+            return
+        self.failed = True
+        self.front.engine.cancel(self.jobs)  # its other rows leave too
+        self.front.queue_response(self, [""] * len(self.sent), True, message)
 
     def finished(self) -> bool:
         return all(answer is not None for answer in self.answers)
 
     def callback(self, row: int):
         def on_tokens(tokens: list[int], final: bool) -> None:
-            with self.lock:
-                if self.failed:  # answered with the error already
-                    return
-                self.tokens[row] += tokens
-                if final and self.answers[row] is None:
-                    self.answers[row] = detokenize(self.front.target, self.tokens[row])
-                finished = self.finished()
-                if self.is_cancelled:
-                    if finished:
-                        self.front.queue_response(self, [""] * len(self.sent), True)
-                    return
-                if self.front.streaming:
-                    text = self.text_of[row]
-                    if row == self.frontier[text] or finished:  # a later sentence's tokens show only once it is next
-                        self._stream(text, finished)
-                elif finished:
-                    texts = [self._certain(text) for text in range(len(self.documents))]
-                    self.front.metrics.generated(sum(len(t) for t in self.tokens))
-                    self.front.queue_response(self, texts, True)
+            if self.failed:  # answered with the error already
+                return
+            self.tokens[row] += tokens
+            if final and self.answers[row] is None:
+                self.answers[row] = detokenize(self.front.target, self.tokens[row])
+            finished = self.finished()
+            if self.is_cancelled:
+                if finished:
+                    self.front.queue_response(self, [""] * len(self.sent), True)
+                return
+            if self.front.streaming:
+                text = self.text_of[row]
+                if row == self.frontier[text] or finished:  # a later sentence's tokens show only once it is next
+                    self._stream(text, finished)
+            elif finished:
+                texts = [self._certain(text) for text in range(len(self.documents))]
+                self.front.metrics.generated(sum(len(t) for t in self.tokens))
+                self.front.queue_response(self, texts, True)
 
         return on_tokens
 

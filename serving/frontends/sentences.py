@@ -30,14 +30,15 @@ from dataclasses import dataclass
 SPLIT_MODES = ("1", "nonewlines", "0")
 TokenEnds = Callable[[Sequence[str]], list[list[int]]]  # texts -> per text, each token's end offset (characters)
 
-_CLOSERS = "”’」』）)】》〉\"'"
+CLOSERS = "”’」』）)】》〉\"'"  # closing quotes and brackets, which stay with the punctuation before them
+CLAUSE_PUNCTUATION = "，,、；;：:"  # where a sentence too long for the model's window may be cut
 # A sentence: text up to its end punctuation (a run of it, then closing quotes/brackets), or up to the end.
 # An ellipsis ends a sentence only before a closing quote, a space or the end (……然后 goes on).
-_END = r"(?:[。！？!?]+|…+(?=[\s" + re.escape(_CLOSERS) + r"]|$)|\.(?=\s|$))[" + re.escape(_CLOSERS) + r"]*"
+_END = r"(?:[。！？!?]+|…+(?=[\s" + re.escape(CLOSERS) + r"]|$)|\.(?=\s|$))[" + re.escape(CLOSERS) + r"]*"
 _SENTENCE = re.compile(r"[^。！？!?\n]*?(?:" + _END + r"|(?=\n)|$)", re.S)
 _SENTENCE_NO_NEWLINES = re.compile(r"[^。！？!?]*?(?:" + _END + r"|$)", re.S)
 # Where a long sentence may be cut: after clause punctuation (and closing quotes after it).
-_CLAUSE_END = re.compile(r"[，,、；;：:]+[" + re.escape(_CLOSERS) + r"]*")
+_CLAUSE_END = re.compile("[" + re.escape(CLAUSE_PUNCTUATION) + "]+[" + re.escape(CLOSERS) + "]*")
 
 
 @dataclass(frozen=True)

@@ -18,14 +18,14 @@ A model imported from Hugging Face (export/import_hf/bert.py) reads each window 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from serving.frontends.base import BatchTokenizer, Encoded, FrontModel, length_buckets, padded_width
+from serving.frontends.base import BatchTokenizer, Encoded, FrontModel, length_buckets, pad_rows
 from serving.frontends.options import NoOptions
 from serving.frontends.windows import pool, softmax, window_rows
+from serving.providers import in_process_session
 from serving.text.tokenizer import UNK_ID
 
 IN_PROCESS_ENCODER = "encoder.onnx"
@@ -110,28 +110,3 @@ class SentimentFront(FrontModel):
     def classify(self, batch: Encoded) -> list[tuple[str, float]]:
         """(label, score) per row of an encoded batch: one call of the fast encoder."""
         return label_and_score(self.encode_rows(batch), self.labels)
-
-
-def pad_rows(rows: list[list[int]], pad_id: int = 0) -> Encoded:
-    """Rows of token ids as one padded batch (a multiple of 8 wide), as BatchTokenizer.encode pads."""
-    lengths = [len(row) for row in rows]
-    ids = np.full((len(rows), padded_width(max(lengths))), pad_id, dtype=np.int64)
-    mask = np.zeros_like(ids)
-    for number, row in enumerate(rows):
-        ids[number, : len(row)] = row
-        mask[number, : len(row)] = 1
-    return Encoded(ids, mask, lengths, [False] * len(rows))
-
-
-def in_process_session(path: Path, threads: int) -> Any:
-    """An ONNX Runtime session for a graph the front model runs itself; CUDA where this onnxruntime has it."""
-    import onnxruntime as ort
-
-    from serving.providers import inference_session
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    # Each instance is one caller; spinning threads would only take the core from the other instance.
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return inference_session(path, options)

@@ -13,14 +13,15 @@ abstractive mode is not windowed: the generator reads the first 159 tokens.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from serving.frontends.base import padded_width
+from serving.frontends.base import BatchTokenizer, FrontModel, pad_rows
 from serving.frontends.beam_search_op import BeamSearchOpFront
 from serving.frontends.engine_front import EngineFront
+from serving.frontends.metrics import FrontMetrics
 from serving.frontends.options import SummarizeOptions
 from serving.frontends.windows import sentence_windows
 from serving.text.spans import Candidates, candidates, window_candidates
@@ -30,8 +31,21 @@ EXTRACTIVE = "extractive"
 SCORER_ROWS = 64
 
 
-class SpanExtraction:
-    """What both summarize front models add: `extract(texts)`. Mixed into a FrontModel with `self.source`."""
+class SpanExtractor:
+    """What both summarize front models add: each text's best span, picked by the span scorer. `score(feeds)`
+    runs the scorer (the front model's BLS call to its `extractor` model) on input_ids and attention_mask."""
+
+    def __init__(
+        self, source: BatchTokenizer, metrics: FrontMetrics, score: Callable[[dict[str, np.ndarray]], np.ndarray]
+    ) -> None:
+        self.source = source
+        self.metrics = metrics
+        self.score = score
+
+    @classmethod
+    def of(cls, front: FrontModel, source: BatchTokenizer) -> SpanExtractor:
+        model = front.models["extractor"]
+        return cls(source, front.metrics, lambda feeds: front.bls(model, feeds, ["token_scores"])["token_scores"])
 
     def extract(self, texts: Sequence[str]) -> list[str]:
         encodings = self.source.tokenizer.encode_batch(list(texts), add_special_tokens=False)
@@ -75,32 +89,37 @@ class SpanExtraction:
         out: list[Any] = [None] * len(found)
         for at in range(0, len(order), SCORER_ROWS):
             rows = order[at : at + SCORER_ROWS]
-            ids = np.zeros((len(rows), padded_width(max(len(found[r].ids) for r in rows))), dtype=np.int64)
-            mask = np.zeros_like(ids)
-            for i, r in enumerate(rows):
-                ids[i, : len(found[r].ids)] = found[r].ids
-                mask[i, : len(found[r].ids)] = 1
-            feeds = {"input_ids": ids, "attention_mask": mask}
-            scores = self.bls(self.models["extractor"], feeds, ["token_scores"])["token_scores"]
+            batch = pad_rows([found[r].ids for r in rows])
+            scores = self.score({"input_ids": batch.ids, "attention_mask": batch.mask})
             for i, r in enumerate(rows):
                 out[r] = scores[i]
         return out
 
 
-class SummarizeFront(SpanExtraction, BeamSearchOpFront):
+class SummarizeFront(BeamSearchOpFront):
     Options = SummarizeOptions
+
+    def __init__(self, pb: Any, args: dict) -> None:
+        super().__init__(pb, args)
+        self.spans = SpanExtractor.of(self, self.source)
 
     def run_group(self, texts: list[str], options: SummarizeOptions) -> list[tuple]:
         if options.mode == EXTRACTIVE:
-            return [(summary,) for summary in self.extract(texts)]
+            return [(summary,) for summary in self.spans.extract(texts)]
         return super().run_group(texts, options)
 
 
-class SummarizeStreamFront(SpanExtraction, EngineFront):
+class SummarizeStreamFront(EngineFront):
+    """Abstractive summaries stream from the engine; an extractive one is answered whole, as a group."""
+
     Options = SummarizeOptions
 
-    def answers_whole(self, options: SummarizeOptions) -> bool:
+    def __init__(self, pb: Any, args: dict) -> None:
+        super().__init__(pb, args)
+        self.spans = SpanExtractor.of(self, self.source)
+
+    def runs_as_group(self, options: SummarizeOptions) -> bool:
         return options.mode == EXTRACTIVE
 
-    def whole_answer(self, texts: list[str], options: SummarizeOptions) -> list[str]:
-        return self.extract(texts)
+    def run_group(self, texts: list[str], options: SummarizeOptions) -> list[tuple]:
+        return [(summary,) for summary in self.spans.extract(texts)]

@@ -24,13 +24,13 @@ from typing import Protocol
 
 import numpy as np
 
-from serving.frontends.sentences import Document, fit, split
+from serving.frontends.sentences import CLAUSE_PUNCTUATION, CLOSERS, Document, fit, split
 from serving.text.tokenizer import UNK_ID
 
 # A text is read in at most this many windows (sentiment: 4,096 tokens, about 7,000 Chinese characters of reviews): one
 # request of 64 such texts is already 2,048 encoder rows. The longest test review has 1,329 tokens (11 windows).
 MAX_WINDOWS = 32
-_CLAUSE_CUT_ENDS = "，,、；;：:”’」』）)】》〉\"'"
+_CLAUSE_CUT_ENDS = CLAUSE_PUNCTUATION + CLOSERS
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from serving.text.tokenizer import BOS_ID, EOS_ID, UNK_ID
 
 MAX_SPAN_CHARS = 30
-# A clause: text up to and including its closing punctuation (and a closing quote right after it).
+# A clause: text up to and including its closing punctuation (and a closing quote right after it). The span scorer
+# was trained on these clauses (export/training/extractive.py), so they are its own: unlike the sentence splitter's
+# (serving/frontends/sentences.py) they end at line breaks and not at 、, which joins the items of a list.
 _CLAUSE = re.compile(r"[^。！？!?；;，,：:\n]+[。！？!?；;，,：:\n]*[”」』\"')）]?")
 _EDGES = " \t\r\n。！？!?；;，,：:、…"
 
