@@ -23,6 +23,7 @@ background thread, which the Triton front model does.
 from __future__ import annotations
 
 import functools
+import queue
 import sys
 import threading
 import time
@@ -86,6 +87,7 @@ class Engine:
         self._stop = False
         self._thread: threading.Thread | None = None
         self._deliver: Callable[[list[Output]], None] = deliver_all
+        self._cancellations: queue.SimpleQueue[Job] = queue.SimpleQueue()
 
     # -- submitting --------------------------------------------------------------------------------------------
     def submit(self, job: Job) -> None:
@@ -98,9 +100,9 @@ class Engine:
 
     def cancel(self, jobs: Iterable[Job]) -> None:
         """End these jobs at the next step (their clients went away), waiting or running: each answers CANCELLED
-        and leaves. Safe from any thread: a flag the engine's thread reads once per step."""
+        and leaves. From any thread: the engine's thread takes the cancellations off a queue as a step starts."""
         for job in jobs:
-            job.cancelled = True
+            self._cancellations.put(job)
 
     def queued_rows(self) -> int:
         """Rows running and waiting: the engine's backlog, which the front model bounds."""
@@ -156,6 +158,7 @@ class Engine:
         instead if a job could not be told (no on_error: offline use)."""
         admitted: list[Job] = []
         try:
+            self._take_cancellations()
             admitted, refused = self._admit()
             self.batch.join(admitted, self._encode_into)
             if not self.batch.jobs:
@@ -172,6 +175,13 @@ class Engine:
                 fail(failed, message)
                 raise
             return [Output(job, [], Finish.ERROR, message) for job in failed]
+
+    def _take_cancellations(self) -> None:
+        while True:
+            try:
+                self._cancellations.get_nowait().cancelled = True
+            except queue.Empty:
+                return
 
     def _admit(self) -> tuple[list[Job], list[Output]]:
         """The waiting jobs that join now, each with a fresh search; and the answers of those cancelled meanwhile."""

@@ -32,7 +32,7 @@ class Job:
     bulk: bool = False
     sequence: SourceSearch | None = None  # set when it joins the running batch
     sent: int = 0  # tokens already passed to on_tokens
-    cancelled: bool = False  # set by Engine.cancel: it answers CANCELLED and leaves at the next step
+    cancelled: bool = False  # set by the engine's thread (Engine.cancel): it answers CANCELLED and leaves
     failed: bool = False  # told on_error: it leaves at the next step, and hears nothing more
 
     @property
