@@ -1,5 +1,5 @@
-"""The task definitions the SDK reads (options, defaults, outputs): the copy bundled into the SDK's own package
-when it is installed alone (clients/pyproject.toml puts tasks/ there), else the repository's ``tasks`` package.
+"""The task definitions the SDK reads (options, defaults, outputs): the contracts bundled into the SDK's own package
+when it is installed alone (clients/hatch_build.py writes them from tasks/), else the repository's ``tasks`` package.
 
 Relative first: an installed SDK must not pick up some other top-level ``tasks`` of the user's environment.
 """

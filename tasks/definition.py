@@ -332,9 +332,22 @@ def _model(role: str, r: _Reader) -> OnnxModel:
 
 
 def _endpoint(
-    name: str, r: _Reader, inherited: Mapping[str, OnnxModel], outputs: tuple[Tensor, ...] = (), decoupled: bool = False
+    name: str,
+    r: _Reader,
+    inherited: Mapping[str, OnnxModel],
+    outputs: tuple[Tensor, ...] = (),
+    decoupled: bool = False,
+    contract: bool = False,
 ) -> Endpoint:
-    """An endpoint's table; a twin inherits the task's models (and, for the stream, the outputs)."""
+    """An endpoint's table; a twin inherits the task's models (and, for the stream, the outputs). A contract's
+    (tasks/contract_file.py) holds only what clients read: its outputs and its description."""
+    own_outputs = _tensors(r, "outputs") if "outputs" in r.table or not outputs else outputs
+    if contract:
+        r.check_known("outputs", "about")
+        return Endpoint(
+            name=name, front="", outputs=own_outputs, max_batch_size=0, instances=0, queue_size=0,
+            queue_timeout_s=0.0, models={}, about=r.get("about", str, ""), decoupled=decoupled,
+        )  # fmt: skip
     r.check_known(
         "front", "outputs", "max_batch_size", "instances", "queue", "models", "about", "graphs", "threads",
         "precision",
@@ -351,7 +364,7 @@ def _endpoint(
     return Endpoint(
         name=name,
         front=front,
-        outputs=_tensors(r, "outputs") if "outputs" in r.table or not outputs else outputs,
+        outputs=own_outputs,
         max_batch_size=r.get("max_batch_size", int),
         instances=r.get("instances", int, 2),
         queue_size=queue.get("max_size", int),
@@ -409,8 +422,9 @@ def _engine(r: _Reader) -> EngineSettings:
 def _task(r: _Reader, path: Path) -> Task:
     r.check_known(
         "summary", "example", "checkpoint", "assets", "result", "options", "endpoint", "explain", "stream", "loadtest",
-        "engine",
+        "engine", "contract",
     )  # fmt: skip
+    contract = r.get("contract", bool, False)  # only what clients read (tasks/contract_file.py): the SDK's copy
     name = path.stem
     if not name.isidentifier():
         raise DefinitionError(f"{path}: the file name must be a Python identifier (it names the SDK method)")
@@ -419,11 +433,14 @@ def _task(r: _Reader, path: Path) -> Task:
         _option(keyword, _Reader(table, f"{raw_options.where}.{keyword}"))
         for keyword, table in raw_options.table.items()
     )
-    endpoint = _endpoint(name, r.sub("endpoint"), {})
-    explain = _endpoint(f"{name}_explain", r.sub("explain"), endpoint.models) if "explain" in r.table else None
+    endpoint = _endpoint(name, r.sub("endpoint"), {}, contract=contract)
+    explain = None
+    if "explain" in r.table:
+        explain = _endpoint(f"{name}_explain", r.sub("explain"), endpoint.models, contract=contract)
     stream = None
     if "stream" in r.table:  # the endpoint's twin answering with a stream of pieces: its outputs, its own front
-        stream = _endpoint(f"{name}_stream", r.sub("stream"), endpoint.models, endpoint.outputs, decoupled=True)
+        twin = r.sub("stream")
+        stream = _endpoint(f"{name}_stream", twin, endpoint.models, endpoint.outputs, decoupled=True, contract=contract)
     task = Task(
         name=name,
         summary=r.get("summary", str),
@@ -433,7 +450,7 @@ def _task(r: _Reader, path: Path) -> Task:
         endpoint=endpoint,
         explain=explain,
         stream=stream,
-        loadtest=_loadtest(r.sub("loadtest")),
+        loadtest=LoadTexts(0.0, ()) if contract else _loadtest(r.sub("loadtest")),
         assets=tuple(r.get("assets", list, [])),
         checkpoint=r.get("checkpoint", str, ""),
         result=r.get("result", str, ""),

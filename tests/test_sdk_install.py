@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,16 @@ def wheel(tmp_path_factory) -> Path:
     )
     (built,) = out.glob("ropeserve_client-*.whl")
     return built
+
+
+def test_the_wheel_carries_the_tasks_contracts_not_their_server_settings(wheel):
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        translate = archive.read("ropeserve_client/tasks/translate.toml").decode("utf-8")
+    assert {f"ropeserve_client/tasks/{name}.toml" for name in ("translate", "summarize", "sentiment")} <= names
+    assert "ropeserve_client/tasks/definition.py" in names
+    assert not any(name.endswith(("hatch_build.py", "triton_config.py")) for name in names), sorted(names)
+    assert "contract = true" in translate and "instances" not in translate and "[loadtest]" not in translate
 
 
 @pytest.mark.parametrize("version", PYTHONS)

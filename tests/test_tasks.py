@@ -320,3 +320,24 @@ def test_the_task_path_must_name_folders(monkeypatch, tmp_path):
     monkeypatch.setenv(PATH_VARIABLE, str(tmp_path / "nowhere"))
     with pytest.raises(DefinitionError, match="not a folder"):
         registry()
+
+
+@pytest.mark.parametrize("name", ["translate", "summarize", "sentiment"])
+def test_a_tasks_contract_is_what_clients_read_of_it_and_nothing_of_the_server(tmp_path, name):
+    """The SDK's wheel carries each task's contract (tasks/contract_file.py, written by clients/hatch_build.py)."""
+    from tasks import contract_file
+
+    whole = load(ROOT / "tasks" / f"{name}.toml")
+    contract_file.write(whole.source, tmp_path / f"{name}.toml")
+    text = (tmp_path / f"{name}.toml").read_text(encoding="utf-8")
+    for server_side in ("instances", "queue", "front", "[engine]", "[loadtest]", "checkpoint", "models"):
+        assert server_side not in text, server_side
+    contract = load(tmp_path / f"{name}.toml")
+    assert (contract.name, contract.summary, contract.example, contract.result) == (
+        whole.name, whole.summary, whole.example, whole.result,
+    )  # fmt: skip
+    assert contract.options == whole.options
+    for mine, theirs in zip(contract.endpoints(), whole.endpoints(), strict=True):
+        assert (mine.name, mine.outputs, mine.decoupled, mine.about) == (
+            theirs.name, theirs.outputs, theirs.decoupled, theirs.about,
+        )  # fmt: skip
