@@ -203,7 +203,6 @@ class Engine:
         n = self.decoding.no_repeat_ngram_size
         scores, ids, all_log_probs = self.graphs.decode(self.batch, with_all_log_probs=n > 0)
         self.stats.steps += 1
-        self.stats.running_rows = self.batch.rows
         if all_log_probs is None:
             return scores, ids
         return block_ngrams(self.batch.jobs, n, scores, ids, all_log_probs)

@@ -175,13 +175,10 @@ class EngineFront(FrontModel):
         batch = self.encode(self.source, pieces, suffix=[EOS_ID])
         self.metrics.sentences([len(document.pieces) for document in documents])
         reply = Reply(self, request.get_response_sender(), documents)
-        with self._live_lock:
-            self._live.add(reply)  # polled for cancellation until its final response is queued
         bulk = len(pieces) > self.settings.interactive_sentences
-        for row in range(len(pieces)):
-            source = batch.ids[row, : batch.lengths[row]].tolist()
-            job = Job(
-                source,
+        reply.jobs = [
+            Job(
+                batch.ids[row, : batch.lengths[row]].tolist(),
                 options.max_new_tokens,
                 options.num_beams,
                 reply.callback(row),
@@ -189,7 +186,13 @@ class EngineFront(FrontModel):
                 group=reply,
                 bulk=bulk,
             )
-            reply.jobs.append(job)
+            for row in range(len(pieces))
+        ]
+        # Polled for cancellation from here until its final response is queued: with every job known, so that a
+        # cancellation reaches them all (one before its job is submitted refuses it at admission).
+        with self._live_lock:
+            self._live.add(reply)
+        for job in reply.jobs:
             self.engine.submit(job)
 
     def documents(self, texts: list[str], mode: str) -> list[Document]:
@@ -258,7 +261,7 @@ class Reply:
         self.answers: list[str | None] = [None] * rows  # per row, its text once it is done
         self.frontier = list(self.first_row)  # per text, its first row not done: the only one a stream shows
         self.sent = [""] * len(self.documents)  # text already streamed, per text
-        self.jobs: list[Job] = []  # per row
+        self.jobs: list[Job] = []  # per row, set before the reply is polled
         self.is_cancelled = False
         self.started = False  # a response was queued
         self.failed = False  # a row failed; the error response is queued
