@@ -129,10 +129,11 @@ def stream_batch(triton, texts: list[str], cancel_after_first: bool, requests: i
 def test_a_cancelled_stream_frees_its_rows(triton):
     """A client that cancels frees its rows within a few steps, long before the requests would have ended. The
     running-rows gauge shows the engine up to METRICS_PERIOD_S + FLUSH_PERIOD_S late (0.75 s), so the requests
-    must take well over twice that for the comparison to tell a cancel from their end: two of 64 long texts."""
+    must take well over twice that for the comparison to tell a cancel from their end. Four requests of 64 long
+    texts at 4 beams fill the engine's queue (1,024 rows) and take about 2.7 s here; two took 1.4 s, too close."""
     texts = [f"{NEWS}第{i}条。" * 4 for i in range(64)]
-    full = stream_batch(triton, texts, cancel_after_first=False, requests=2)
-    freed = stream_batch(triton, texts, cancel_after_first=True, requests=2)
+    full = stream_batch(triton, texts, cancel_after_first=False, requests=4)
+    freed = stream_batch(triton, texts, cancel_after_first=True, requests=4)
     assert freed < full / 2, f"rows freed {freed:.2f} s after the cancel; the whole request takes {full:.2f} s"
     assert running_rows(triton, "summarize_stream") == 0
 
