@@ -29,6 +29,7 @@ Conventions shared by both clients:
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -39,7 +40,14 @@ from .endpoints import Endpoint, build_inputs, endpoint, endpoints, normalize_te
 from .errors import ClientError, translated_errors
 from .explain import SentimentAttention, TranslationAlignment, explain_endpoint, explain_options
 from .retry import RetryPolicy, call_with_retry, call_with_retry_async
-from .streaming import grpc_stream, grpc_stream_async, http_stream, http_stream_async
+from .streaming import (
+    grpc_stream,
+    grpc_stream_async,
+    http_stream,
+    http_stream_async,
+    retried_start,
+    retried_start_async,
+)
 from .task_definitions import get as get_task
 from .transport import DEFAULT_TIMEOUT_S, normalize_url, transport_for
 
@@ -182,7 +190,7 @@ class Client(_ClientBase):
         joined, they equal ``client.<task>(text)[0]``. Stopping early closes an HTTP stream; a gRPC stream's rest
         is read and dropped in the background, never cancelled, which Triton 2.51 mishandles (clients/streaming.py)."""
         run = grpc_stream if self.protocol == "grpc" else http_stream
-        return run(self.url, self.timeout_s, task, text, options)
+        return retried_start(lambda: run(self.url, self.timeout_s, task, text, options), self.retry)
 
     def is_ready(self, task: str | None = None) -> bool:
         """Whether the server (and `task`'s model, if named) can take requests; False rather than raise."""
@@ -208,8 +216,16 @@ class Client(_ClientBase):
         request = self._prepare(endpoint, texts, options)
 
         def attempt() -> Any:
-            with self._errors():
-                return self._triton.infer(request.model, request.inputs, outputs=request.outputs, **self._call_kwargs)
+            try:
+                with self._errors():
+                    return self._triton.infer(
+                        request.model, request.inputs, outputs=request.outputs, **self._call_kwargs
+                    )
+            except ClientError as error:
+                if RetryPolicy.reconnects(error):
+                    # Threads still using the old connection keep it; it closes when they drop it.
+                    self._triton = self.transport.open(self.url, self.timeout_s, asynchronous=False)
+                raise
 
         return endpoint.decode(call_with_retry(attempt, self.retry), request.rows)
 
@@ -231,6 +247,7 @@ class AsyncClient(_ClientBase):
     ) -> None:
         super().__init__(url, protocol, timeout_s, retry)
         self._opened: Any = None
+        self._closing: set[asyncio.Future[None]] = set()  # connections left by a reconnect, closed once idle
 
     async def infer(self, task: str, texts: Texts, **options: int | str | None) -> list[Any]:
         """`task`'s answer for each text; options (e.g. ``num_beams``) left as None get the server's default."""
@@ -268,7 +285,7 @@ class AsyncClient(_ClientBase):
         """`Client.stream` as an async iterator: ``async for piece in client.stream("translate", text)``.
         Stopping early leaves the rest of the answer to a task that reads and drops it (never a cancel)."""
         run = grpc_stream_async if self.protocol == "grpc" else http_stream_async
-        return run(self.url, self.timeout_s, task, text, options)
+        return retried_start_async(lambda: run(self.url, self.timeout_s, task, text, options), self.retry)
 
     async def is_ready(self, task: str | None = None) -> bool:
         """Whether the server (and `task`'s model, if named) can take requests; False rather than raise."""
@@ -282,6 +299,9 @@ class AsyncClient(_ClientBase):
             return False
 
     async def close(self) -> None:
+        for closing in list(self._closing):
+            closing.cancel()  # _close_later closes its connection now
+        await asyncio.gather(*self._closing, return_exceptions=True)
         if self._opened is not None:
             opened, self._opened = self._opened, None
             await opened.close()
@@ -301,9 +321,26 @@ class AsyncClient(_ClientBase):
         request = self._prepare(endpoint, texts, options)
 
         async def attempt() -> Any:
-            with self._errors():
-                return await self._triton().infer(
-                    request.model, request.inputs, outputs=request.outputs, **self._call_kwargs
-                )
+            try:
+                with self._errors():
+                    return await self._triton().infer(
+                        request.model, request.inputs, outputs=request.outputs, **self._call_kwargs
+                    )
+            except ClientError as error:
+                if RetryPolicy.reconnects(error) and self._opened is not None:
+                    # the next attempt opens a new connection; coroutines still using the old one finish on it
+                    old, self._opened = self._opened, None
+                    closing = asyncio.ensure_future(_close_later(old, self.timeout_s))
+                    self._closing.add(closing)
+                    closing.add_done_callback(self._closing.discard)
+                raise
 
         return endpoint.decode(await call_with_retry_async(attempt, self.retry), request.rows)
+
+
+async def _close_later(connection: Any, after_s: float) -> None:
+    """Close a connection that a reconnect replaced once its last request has timed out at the latest."""
+    try:
+        await asyncio.sleep(after_s)
+    finally:
+        await connection.close()

@@ -115,12 +115,17 @@ def _from_triton_exception(error: InferenceServerException, url: str) -> ClientE
 
 
 def _is_connection_failure(error: BaseException) -> bool:
-    """OSError covers geventhttpclient and aiohttp's connect errors; aiohttp also has non-OSError ones
-    (server disconnected). aiohttp is only checked if already imported, i.e. when the HTTP asyncio client
-    is in use.
+    """OSError covers geventhttpclient and aiohttp's connect errors; both also have non-OSError ones for a server
+    that closed the connection before answering (a replica stopping, say): geventhttpclient's HTTPConnectionClosed,
+    aiohttp's ServerDisconnectedError. Each library is only checked if already imported, i.e. in use.
     """
     aiohttp = sys.modules.get("aiohttp")
-    return isinstance(error, OSError) or (aiohttp is not None and isinstance(error, aiohttp.ClientConnectionError))
+    gevent_response = sys.modules.get("geventhttpclient.response")
+    return (
+        isinstance(error, OSError)
+        or (aiohttp is not None and isinstance(error, aiohttp.ClientConnectionError))
+        or (gevent_response is not None and isinstance(error, gevent_response.HTTPConnectionClosed))
+    )
 
 
 @contextmanager

@@ -79,6 +79,17 @@ class RetryPolicy:
             return DRAINING_MESSAGE in error.message
         return error.code in self.retry_codes
 
+    @staticmethod
+    def reconnects(error: ClientError) -> bool:
+        """Whether the next attempt should open a new connection: the server is gone or going away (draining). A
+        kept-alive connection would take the retry to the same replica; a new one asks DNS again, which no longer
+        names a replica that is shutting down (Docker swarm, Kubernetes headless services)."""
+        return (
+            isinstance(error, ServerUnreachable)
+            or error.code is Status.UNREACHABLE
+            or DRAINING_MESSAGE in error.message
+        )
+
     def next_delay(self, error: ClientError, attempt: int, rng: random.Random | None = None) -> float | None:
         """Seconds to wait after failed attempt number `attempt` (1-based), or None to give up and raise."""
         if attempt >= self.max_attempts or not self.is_retryable(error):

@@ -22,13 +22,14 @@ import queue
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
 from numpy.typing import NDArray
 
 from .endpoints import option_tensor, options_of, text_tensor, to_infer_input
 from .errors import BAD_RESPONSE, DEADLINE_EXCEEDED, ClientError, translated_errors
+from .retry import RetryPolicy, call_with_retry, call_with_retry_async
 from .task_definitions import Option
 from .task_definitions import get as get_task
 
@@ -60,6 +61,34 @@ def _grpc_inputs(
     module: Any, text: str, options: Mapping[str, int | str | None], known: Mapping[str, Option]
 ) -> list[Any]:
     return [to_infer_input(name, array, module.InferInput) for name, array in _inputs(text, options, known).items()]
+
+
+def retried_start(open_stream: Callable[[], Iterator[str]], policy: RetryPolicy) -> Iterator[str]:
+    """The stream `open_stream` opens, opened again per `policy` while it fails before its first piece: until then
+    the caller has seen nothing, so a second try repeats nothing. Each try opens its own connection."""
+
+    def first_piece() -> tuple[Iterator[str], str | None]:
+        pieces = open_stream()
+        return pieces, next(pieces, None)
+
+    pieces, piece = call_with_retry(first_piece, policy)
+    if piece is not None:
+        yield piece
+        yield from pieces
+
+
+async def retried_start_async(open_stream: Callable[[], AsyncIterator[str]], policy: RetryPolicy) -> AsyncIterator[str]:
+    """`retried_start` for async streams."""
+
+    async def first_piece() -> tuple[AsyncIterator[str], str | None]:
+        pieces = open_stream()
+        return pieces, await anext(pieces, None)
+
+    pieces, piece = await call_with_retry_async(first_piece, policy)
+    if piece is not None:
+        yield piece
+        async for piece in pieces:
+            yield piece
 
 
 def grpc_stream(

@@ -454,6 +454,14 @@ def test_http_errors_keep_status_and_server_message() -> None:
     )
 
 
+def test_a_connection_the_server_closed_before_answering_is_unreachable() -> None:
+    """What a replica that stops does to a kept-alive HTTP connection (measured in tests/test_swarm.py)."""
+    from geventhttpclient.response import HTTPConnectionClosed
+
+    error = to_client_error(HTTPConnectionClosed("connection closed."), "h:8000", 1.0)
+    assert isinstance(error, ServerUnreachable) and RetryPolicy.reconnects(error)
+
+
 @pytest.mark.parametrize(
     ("raised", "status", "kind"),
     [
@@ -807,3 +815,95 @@ def test_the_built_in_tasks_have_typed_methods_with_their_definitions_options(cl
         parameters = inspect.signature(method).parameters.values()
         keywords = {p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY}
         assert keywords == {option.keyword for option in registry()[task].options}, task
+
+
+# --- reconnecting: a retry after "gone" or "going away" opens a new connection -----------------
+
+
+@pytest.mark.parametrize(
+    ("error", "reconnects"),
+    [
+        (ServerUnreachable("refused", UNREACHABLE), True),
+        (ClientError("Request for unknown model: 'translate' has no available versions", "404"), True),
+        (ClientError("queue full", "StatusCode.UNAVAILABLE"), False),  # the server is there, only busy
+        (ClientError("bad text", "400"), False),
+    ],
+)
+def test_a_retry_reconnects_only_when_the_server_is_gone_or_draining(error: ClientError, reconnects: bool) -> None:
+    assert RetryPolicy.reconnects(error) is reconnects
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]  # nothing listens once the probe closes
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_each_retry_after_an_unreachable_server_opens_a_new_connection(protocol: str) -> None:
+    """Behind DNS that names several replicas (swarm's tasks.<service>, a headless Kubernetes service) a new
+    connection is what moves a retry off a replica that went away; a kept one would try the same replica again."""
+    port = closed_port()
+    url = f"127.0.0.1:{port}" if protocol == "grpc" else f"http://127.0.0.1:{port}"
+    client = Client(url, protocol, timeout_s=5, retry=RetryPolicy(max_attempts=3, base_delay_s=0.0))
+    used = []
+    transport = client.transport
+
+    class CountingOpens:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(transport, name)
+
+        def open(self, *args: Any, **kwargs: Any) -> Any:
+            used.append(transport.open(*args, **kwargs))
+            return used[-1]
+
+    client.transport = CountingOpens()  # type: ignore[assignment]
+    with pytest.raises(ServerUnreachable):
+        client.sentiment("好")
+    assert len(used) == 3 and client._triton is used[-1]  # one new connection after each of the 3 failures
+    client.close()
+
+
+def test_the_async_client_reconnects_too_and_closes_what_it_left() -> None:
+    port = closed_port()
+
+    async def scenario() -> tuple[int, int]:
+        client = AsyncClient(f"127.0.0.1:{port}", timeout_s=5, retry=RetryPolicy(max_attempts=3, base_delay_s=0.0))
+        with pytest.raises(ServerUnreachable):
+            await client.sentiment("好")
+        left = len(client._closing)
+        await client.close()
+        return left, len(client._closing)
+
+    left, after_close = asyncio.run(scenario())
+    assert left == 3 and after_close == 0  # each failure left its connection to close; close() closed them all
+
+
+def test_a_stream_that_fails_before_its_first_piece_is_opened_again() -> None:
+    from clients.streaming import retried_start
+
+    draining = ClientError("Request for unknown model: 'translate_stream' has no available versions", "404")
+    opened: list[int] = []
+
+    def open_stream(pieces: list[str | ClientError]):
+        def stream():
+            opened.append(1)
+            for piece in pieces:
+                if isinstance(piece, ClientError):
+                    raise piece
+                yield piece
+
+        return stream
+
+    fast = RetryPolicy(max_attempts=3, base_delay_s=0.0)
+    attempts = iter([[draining], ["I ", "love you."]])
+    assert list(retried_start(lambda: open_stream(next(attempts))(), fast)) == ["I ", "love you."]
+    assert len(opened) == 2
+    opened.clear()  # a failure after a piece reached the caller is not repeated: the caller would see it twice
+    with pytest.raises(ClientError, match="no available versions"):
+        list(retried_start(open_stream(["I ", draining]), fast))
+    assert len(opened) == 1
+    opened.clear()  # nor is a mistake of the request's
+    with pytest.raises(ClientError, match="bad text"):
+        list(retried_start(open_stream([ClientError("bad text", "400")]), fast))
+    assert len(opened) == 1
