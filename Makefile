@@ -9,7 +9,7 @@ NGC_ORT_VERSION := 1.19.2
 PERF_ANALYZER := .cache/perf-analyzer
 DATA_DIR   ?= ../shared/data
 
-.PHONY: help venv repository serve test test-tools test-unit test-fast lint train-sentiment clean loadtest compose-config compose-test \
+.PHONY: help venv repository serve test test-tools test-unit test-fast lint train-sentiment clean loadtest compose-config compose-test swarm-test \
         wheelhouse kubernetes-validate perf-analyzer bench
 
 help:  ## list the targets
@@ -51,13 +51,13 @@ lint: venv  ## ruff, the import contracts of pyproject.toml (lint-imports), and 
 test-tools:  ## install the Debian tools the tests start (Prometheus, Docker engine, docker-compose, mmdebstrap; root)
 	@bash tests/tools.sh
 
-test: test-tools venv $(NGC_ORT)/.installed $(PERF_ANALYZER)/.installed repository lint wheelhouse  ## lint + the whole test suite (real Triton servers, and the compose stack: root)
+test: test-tools venv $(NGC_ORT)/.installed $(PERF_ANALYZER)/.installed repository lint wheelhouse  ## lint + the whole test suite (real Triton servers, the compose stack and the swarm: root)
 	$(PY) -m pytest -q
 
 test-unit: venv $(NGC_ORT)/.installed repository  ## the tests that start no server and export nothing (a few minutes)
 	$(PY) -m pytest -q -m "not server and not compose and not export"
 
-test-fast: test-tools venv $(NGC_ORT)/.installed $(PERF_ANALYZER)/.installed repository lint  ## everything but the compose stack
+test-fast: test-tools venv $(NGC_ORT)/.installed $(PERF_ANALYZER)/.installed repository lint  ## everything but the compose stack and the swarm
 	$(PY) -m pytest -q -m "not compose"
 
 train-sentiment: venv  ## train the sentiment model on all five sets into checkpoints/sentiment (~100 min, 2 cores)
@@ -100,15 +100,20 @@ loadtest: venv  ## locust against a running server (make serve); HOST USERS DURA
 	  $(if $(SPLIT_SENTENCES),--split-sentences "$(SPLIT_SENTENCES)") --max-failure-ratio $(MAX_FAILURE_RATIO) \
 	  --max-p99-ms $(MAX_P99_MS) --results-dir "$(RESULTS)"
 
-compose-config:  ## validate docker-compose.yml, its profiles and the GPU override (no engine needed)
+compose-config:  ## validate docker-compose.yml, its Grafana, locust and GPU files (no engine needed)
 	$(COMPOSE) -f docker-compose.yml config --quiet
-	$(COMPOSE) -f docker-compose.yml --profile grafana --profile loadtest config --quiet
-	$(COMPOSE) -f docker-compose.yml -f docker-compose.gpu.yml --profile loadtest config --quiet
+	$(COMPOSE) -f docker-compose.yml -f docker-compose.grafana.yml -f docker-compose.loadtest.yml config --quiet
+	$(COMPOSE) -f docker-compose.yml -f docker-compose.gpu.yml -f docker-compose.loadtest.yml config --quiet
 
 compose-test: venv wheelhouse  ## build + start the CPU stack in a private Docker engine, check it, tear it down (root)
 	$(PY) -m pytest -q -m compose tests/test_compose_stack.py
 	@cat build/compose-test.json
 	@echo "to commit it: $(PY) -m benchmarks.compose_table --result build/compose-test.json"
+
+swarm-test: venv wheelhouse  ## the stack on a one-node Docker swarm under load: rolling update, killed replica, scaling (root)
+	$(PY) -m pytest -q -m compose tests/test_swarm.py
+	@cat build/swarm-test.json
+	@echo "to commit it: $(PY) -m benchmarks.swarm_table --result build/swarm-test.json"
 
 # Wheels for the images' pip installs, for hosts whose containers cannot reach PyPI (deploy/wheels/README.md).
 WHEEL_TAGS := --only-binary=:all: --python-version 3.11 --platform manylinux_2_35_x86_64 \

@@ -11,14 +11,11 @@ machine it ran on. This module keeps the table in the docs equal to that result:
 
 from __future__ import annotations
 
-import argparse
-import json
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.markdown import between_markers, write_or_check
+from benchmarks.markdown import committed_result_table
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULT = ROOT / "benchmarks" / "results" / "compose.json"
@@ -64,16 +61,10 @@ def table(result: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.compose_table", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--result", type=Path, help="a fresh build/compose-test.json to commit as the result first")
-    parser.add_argument("--check", action="store_true", help="exit 1 when docs/operate.md's table is out of date")
-    args = parser.parse_args(argv)
-    if args.result:
-        table(json.loads(args.result.read_text(encoding="utf-8")))  # refuse an incomplete run before copying it
-        shutil.copyfile(args.result, RESULT)
-    lines = table(json.loads(RESULT.read_text(encoding="utf-8")))
-    wanted = between_markers(DOCUMENT.read_text(encoding="utf-8"), BEGIN, END, "\n".join(lines))
-    return write_or_check(DOCUMENT, wanted, args.check, "python -m benchmarks.compose_table")
+    return committed_result_table(
+        argv, module="benchmarks.compose_table", result=RESULT, document=DOCUMENT, markers=(BEGIN, END), table_of=table,
+        description=__doc__.split("\n\n")[0],
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

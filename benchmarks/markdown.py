@@ -3,7 +3,11 @@ committed document (between two marker comments) kept equal to what a command wr
 
 from __future__ import annotations
 
+import argparse
+import json
+import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,3 +44,27 @@ def write_or_check(document: Path, wanted: str, check: bool, command: str) -> in
         print(f"{document.name} is out of date: run `{command}`", file=sys.stderr)
         return 1
     return 0
+
+
+def committed_result_table(
+    argv: list[str] | None,
+    *,
+    module: str,
+    result: Path,
+    document: Path,
+    markers: tuple[str, str],
+    table_of: Callable[[dict[str, Any]], list[str]],
+    description: str,
+) -> int:
+    """The command behind a docs table written from a committed result file (`python -m <module>`): ``--result
+    FILE`` commits a fresh run first, ``--check`` only compares. ``table_of`` refuses an incomplete result."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=description)
+    parser.add_argument("--result", type=Path, help=f"a fresh result to commit as {result.name} first")
+    parser.add_argument("--check", action="store_true", help=f"exit 1 when {document.name}'s table is out of date")
+    args = parser.parse_args(argv)
+    if args.result:
+        table_of(json.loads(args.result.read_text(encoding="utf-8")))  # refuse an incomplete run before copying it
+        shutil.copyfile(args.result, result)
+    lines = table_of(json.loads(result.read_text(encoding="utf-8")))
+    wanted = between_markers(document.read_text(encoding="utf-8"), *markers, "\n".join(lines))
+    return write_or_check(document, wanted, args.check, f"python -m {module}")

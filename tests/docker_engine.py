@@ -74,7 +74,8 @@ class HostState:
             problems.append(f"iptables-restore failed: {restored.stderr.strip()}")
         IP_FORWARD.write_text(self.ip_forward + "\n")
         for link in set(os.listdir("/sys/class/net")) - self.links:
-            if link == "docker0" or link.startswith(("br-", "veth")):  # what the engine creates, nothing else
+            # what the engine creates (docker_gwbridge: swarm mode), nothing else
+            if link in ("docker0", "docker_gwbridge") or link.startswith(("br-", "veth")):
                 run("ip", "link", "delete", link)
         after = HostState.read()
         if _rules(after.iptables) != _rules(self.iptables):
@@ -248,3 +249,36 @@ def ensure_base_images(engine: DockerEngine, dockerfiles: Path) -> None:
         )  # fmt: skip
         if built.returncode != 0:
             raise EngineError(f"building {PROMETHEUS_IMAGE} failed:\n{built.stdout[-3000:]}{built.stderr[-2000:]}")
+
+
+def leftovers(engine: DockerEngine) -> dict[str, list[str]]:
+    """Containers, networks and volumes of the engine that a clean stop would not leave behind."""
+
+    def names(*command: str) -> list[str]:
+        return run("docker", *command, env=engine.env, timeout=120).stdout.split()
+
+    found = {
+        "containers": names("ps", "-aq"),
+        "networks": [n for n in names("network", "ls", "--format", "{{.Name}}") if n not in ("bridge", "host", "none")],
+        "volumes": names("volume", "ls", "-q"),
+    }
+    return {kind: found_names for kind, found_names in found.items() if found_names}
+
+
+def remove_leftovers(engine: DockerEngine) -> None:
+    """What a killed run left in the engine (its data root is ours to clean): swarm state included."""
+    if run("docker", "info", "--format", "{{.Swarm.LocalNodeState}}", env=engine.env).stdout.strip() != "inactive":
+        run("docker", "swarm", "leave", "--force", env=engine.env, timeout=120)
+    if left := leftovers(engine):
+        print(f"removing what a killed run left in the engine: {left}")
+        run("docker", "rm", "-f", *left.get("containers", []), env=engine.env, timeout=120)
+        run("docker", "network", "rm", *left.get("networks", []), env=engine.env, timeout=120)
+        run("docker", "volume", "prune", "-f", env=engine.env, timeout=120)
+
+
+def run_facts(root: Path) -> dict[str, str]:
+    """Which code ran on which machine: the commit, the day (UTC) and the cores with the widest vector ISA."""
+    commit = run("git", "-C", str(root), "rev-parse", "--short", "HEAD").stdout.strip() or "unknown"
+    flags = Path("/proc/cpuinfo").read_text().split("flags", 1)[-1].split("\n", 1)[0].split()
+    isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
+    return {"commit": commit, "date": time.strftime("%Y-%m-%d", time.gmtime()), "cpu": f"{os.cpu_count()} cores, {isa}"}

@@ -552,3 +552,16 @@ def test_the_compose_table_is_what_the_committed_compose_run_gives():
     assert "Prometheus not measured" in lines
     with pytest.raises(ValueError, match="lacks commit"):
         compose_table.table({key: value for key, value in result.items() if key != "commit"})
+
+
+def test_the_swarm_table_is_what_the_committed_swarm_run_gives():
+    from benchmarks import swarm_table
+
+    assert swarm_table.main(["--check"]) == 0, "run `python -m benchmarks.swarm_table`"
+    result = json.loads(swarm_table.RESULT.read_text(encoding="utf-8"))
+    killed = next(phase for phase in result["phases"] if phase["name"] == "a replica killed")
+    killed.update(failed=3, errors=["ClientError: x"], whole_s=12.5)
+    lines = "\n".join(swarm_table.table(result))
+    assert "| a replica killed | 2 |" in lines and "| 3 | 12.5 s |" in lines and "`ClientError: x`" in lines
+    with pytest.raises(ValueError, match="lacks phases"):
+        swarm_table.table({key: value for key, value in result.items() if key != "phases"})

@@ -16,11 +16,11 @@ from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
-GPU_OVERRIDE = ROOT / "docker-compose.gpu.yml"
-VARIANTS = {
+STACK_FILE = ROOT / "docker-stack.yml"
+VARIANTS = {  # the files added to docker-compose.yml
     "default": [],
-    "grafana+loadtest": ["--profile", "grafana", "--profile", "loadtest"],
-    "gpu": ["-f", str(GPU_OVERRIDE)],
+    "grafana+loadtest": ["docker-compose.grafana.yml", "docker-compose.loadtest.yml"],
+    "gpu": ["docker-compose.gpu.yml"],
 }
 INSTALL_HINT = (
     "docker-compose is not installed. On Debian/Ubuntu: "
@@ -28,38 +28,72 @@ INSTALL_HINT = (
 )
 
 
-def compose(*args: str, cwd: Path = ROOT, compose_file: Path = COMPOSE_FILE, env: dict | None = None):
+def compose(*args: str, cwd: Path = ROOT, files: list[Path] | None = None, env: dict | None = None):
     binary = shutil.which("docker-compose")
     if binary is None:
         pytest.fail(INSTALL_HINT)
+    named = [argument for path in (files or [COMPOSE_FILE]) for argument in ("-f", str(path))]
     return subprocess.run(
-        [binary, "-f", str(compose_file), *args], cwd=cwd, capture_output=True, text=True, timeout=60, check=False,
-        env=env,
+        [binary, *named, *args], cwd=cwd, capture_output=True, text=True, timeout=60, check=False, env=env,
     )  # fmt: skip
 
 
-def resolved(*args: str, env: dict | None = None) -> dict:
-    result = compose(*args, "config", env=env)
+def resolved(variant: str = "default", env: dict | None = None) -> dict:
+    result = compose("config", files=[COMPOSE_FILE, *(ROOT / name for name in VARIANTS[variant])], env=env)
     assert result.returncode == 0, result.stderr
     return yaml.safe_load(result.stdout)["services"]
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_compose_config_is_valid(variant):
-    services = resolved(*VARIANTS[variant])
+    services = resolved(variant)
     assert {"triton", "prometheus"} <= set(services)
 
 
 def test_a_plain_up_starts_the_cpu_stack_and_opt_ins_stay_out():
     services = resolved()
-    always = {name for name, service in services.items() if not service.get("profiles")}
-    assert always == {"triton", "prometheus"}  # grafana and locust are opt-in profiles
+    assert set(services) == {"triton", "prometheus"}  # grafana and locust are files of their own
     assert services["triton"]["build"]["target"] == "cpu"
     assert not (ROOT / ".env").exists(), "a .env would change what a plain `docker compose up` does"
 
 
+def stack_config(*files: Path) -> dict:
+    """`docker stack deploy`'s reading of the files, merged (`docker stack config`: no engine needed)."""
+    if shutil.which("docker") is None:
+        pytest.fail("the docker CLI is not installed: apt-get install -y docker.io (.ci/run does this)")
+    named = [argument for path in files for argument in ("-c", str(path))]
+    result = subprocess.run(["docker", "stack", "config", *named], cwd=ROOT, capture_output=True, text=True,
+                            timeout=60, check=False)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return yaml.safe_load(result.stdout)["services"]
+
+
+def test_swarm_deploys_the_compose_file_with_the_stack_override():
+    """`docker stack deploy -c docker-compose.yml [-c docker-stack.yml]`: swarm refuses compose profiles and ignores
+    shm_size, so the compose file has neither; the override adds replicas, rollouts and per-replica scraping."""
+    plain = stack_config(COMPOSE_FILE)
+    assert set(plain) == {"triton", "prometheus"}
+    services = stack_config(COMPOSE_FILE, STACK_FILE)
+    triton = services["triton"]
+    shm = [v for v in triton["volumes"] if v["target"] == "/dev/shm"]
+    assert shm and shm[0]["type"] == "tmpfs" and shm[0]["tmpfs"]["size"] >= 2**30
+    assert triton["deploy"]["replicas"] == 2
+    assert triton["deploy"]["update_config"]["order"] == "start-first"
+    assert triton["deploy"]["update_config"]["failure_action"] == "rollback"
+    assert triton["stop_grace_period"] == plain["triton"]["stop_grace_period"]  # the drain's time, as in compose
+    (config,) = [v for v in services["prometheus"]["volumes"] if v["target"] == "/etc/prometheus/prometheus.yml"]
+    swarm = yaml.safe_load(Path(config["source"]).read_text())
+    compose_jobs = yaml.safe_load((ROOT / "serving" / "prometheus" / "prometheus.yml").read_text())["scrape_configs"]
+    assert [job["job_name"] for job in swarm["scrape_configs"]] == [job["job_name"] for job in compose_jobs]
+    for job, compose_job in zip(swarm["scrape_configs"], compose_jobs, strict=True):
+        (static,) = compose_job["static_configs"][0]["targets"]
+        host, port = static.split(":")
+        assert job["dns_sd_configs"] == [{"names": [f"tasks.{host}"], "type": "A", "port": int(port),
+                                          "refresh_interval": "5s"}]  # fmt: skip
+
+
 def test_the_gpu_override_switches_image_target_and_devices_only():
-    cpu, gpu = resolved()["triton"], resolved(*VARIANTS["gpu"])["triton"]
+    cpu, gpu = resolved()["triton"], resolved("gpu")["triton"]
     assert gpu["build"]["target"] == "gpu" and gpu["image"] != cpu["image"]
     assert gpu["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
     assert sorted(gpu["ports"]) == sorted(cpu["ports"])
@@ -78,8 +112,8 @@ def published(service: dict) -> list[tuple[str, int]]:
 
 
 def test_ports_are_on_loopback_by_default_and_movable(tmp_path):
-    services = resolved(*VARIANTS["grafana+loadtest"])
-    assert published(services["triton"]) == [("127.0.0.1", 8000), ("127.0.0.1", 8001), ("127.0.0.1", 5000)]
+    services = resolved("grafana+loadtest")
+    assert sorted(published(services["triton"])) == [("127.0.0.1", 5000), ("127.0.0.1", 8000), ("127.0.0.1", 8001)]
     assert published(services["prometheus"]) == [("127.0.0.1", 9090)]
     assert published(services["grafana"]) == [("127.0.0.1", 3000)]
     assert not services["locust"].get("ports")
@@ -90,7 +124,7 @@ def test_ports_are_on_loopback_by_default_and_movable(tmp_path):
 def test_compose_config_rejects_a_broken_file(tmp_path):
     broken = tmp_path / "docker-compose.yml"
     broken.write_text(COMPOSE_FILE.read_text().replace("  prometheus:\n", "  prometheus:\n    shm_sise: 1g\n", 1))
-    result = compose("config", "--quiet", cwd=tmp_path, compose_file=broken)
+    result = compose("config", "--quiet", cwd=tmp_path, files=[broken])
     assert result.returncode != 0 and "shm_sise" in result.stderr
 
 
@@ -134,12 +168,12 @@ def dockerfile_sources(dockerfile: Path) -> list[str]:
 
 
 def test_every_file_the_compose_file_mounts_or_builds_from_exists():
-    services = resolved(*VARIANTS["grafana+loadtest"])
+    services = resolved("grafana+loadtest")
     patterns = dockerignore_patterns()
     checked = []
     for name, service in services.items():
         for volume in service.get("volumes", []):
-            source = volume["source"] if isinstance(volume, dict) else volume.split(":")[0]
+            source = volume.get("source", "") if isinstance(volume, dict) else volume.split(":")[0]  # tmpfs: none
             if source.startswith("/") and "loadtest/data" not in source:  # bind mounts; the data folder is optional
                 assert Path(source).exists(), f"{name} mounts {source}, which does not exist"
                 checked.append(source)

@@ -23,7 +23,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from docker_engine import BASE_IMAGE, PROMETHEUS_IMAGE, DockerEngine, ensure_base_images, run
+import yaml
+from docker_engine import (
+    BASE_IMAGE,
+    PROMETHEUS_IMAGE,
+    DockerEngine,
+    ensure_base_images,
+    leftovers,
+    remove_leftovers,
+    run,
+    run_facts,
+)
 
 from clients import Client
 from serving.launcher.control import http_status
@@ -34,6 +44,7 @@ pytestmark = pytest.mark.compose
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = "ropeservetest"
 REPORT = ROOT / "build" / "compose-test.json"
+LOADTEST_FILE = ROOT / "docker-compose.loadtest.yml"
 BUILD_TIMEOUT_S = 1800
 READY_TIMEOUT_S = 300
 
@@ -63,20 +74,6 @@ class Stack:
         return self.compose("ps", "-q", service).stdout.strip()
 
 
-def leftovers(stack: Stack) -> dict[str, list[str]]:
-    """Containers, networks and volumes of the engine that a clean stop would not leave behind."""
-    found = {
-        "containers": stack.docker("ps", "-aq").stdout.split(),
-        "networks": [
-            n
-            for n in stack.docker("network", "ls", "--format", "{{.Name}}").stdout.split()
-            if n not in ("bridge", "host", "none")
-        ],  # fmt: skip
-        "volumes": stack.docker("volume", "ls", "-q").stdout.split(),
-    }
-    return {kind: names for kind, names in found.items() if names}
-
-
 @pytest.fixture(scope="module")
 def stack():
     if os.geteuid() != 0:
@@ -97,15 +94,11 @@ def stack():
             "ROPESERVE_GATEWAY_PORT": str(gateway_port),
         }
         stack = Stack(engine, env, http_port, grpc_port, prometheus_port, gateway_port)
-        if left := leftovers(stack):  # a run that was killed: its data root is ours to clean
-            print(f"removing what a killed run left in the engine: {left}")
-            stack.docker("rm", "-f", *left.get("containers", []))
-            stack.docker("network", "prune", "-f")
-            stack.docker("volume", "prune", "-f")
-        assert not leftovers(stack), f"the engine could not be cleaned: {leftovers(stack)}"
+        remove_leftovers(engine)
+        assert not leftovers(engine), f"the engine could not be cleaned: {leftovers(engine)}"
         stack.report["base_images_s"] = round(time.monotonic() - started, 1)
         started = time.monotonic()
-        built = stack.compose("--profile", "loadtest", "build", timeout=BUILD_TIMEOUT_S)
+        built = stack.compose("-f", str(LOADTEST_FILE), "build", timeout=BUILD_TIMEOUT_S)
         assert built.returncode == 0, built.stdout[-4000:] + built.stderr[-4000:]
         stack.report["build_s"] = round(time.monotonic() - started, 1)
         started = time.monotonic()
@@ -119,21 +112,13 @@ def stack():
     finally:
         problems = []
         if stack is not None:
-            stack.compose("--profile", "loadtest", "down", "-v", "--remove-orphans", timeout=180)
-            if left := leftovers(stack):
+            stack.compose("-f", str(LOADTEST_FILE), "down", "-v", "--remove-orphans", timeout=180)
+            if left := leftovers(engine):
                 problems.append(f"left behind: {left}")
             REPORT.parent.mkdir(exist_ok=True)
-            REPORT.write_text(json.dumps(stack.report | run_facts(), indent=2) + "\n")
+            REPORT.write_text(json.dumps(stack.report | run_facts(ROOT), indent=2) + "\n")
         problems += engine.stop()
         assert not problems, problems
-
-
-def run_facts() -> dict[str, str]:
-    """Which code ran on which machine: the commit, the day (UTC) and the cores with the widest vector ISA."""
-    commit = run("git", "-C", str(ROOT), "rev-parse", "--short", "HEAD").stdout.strip() or "unknown"
-    flags = Path("/proc/cpuinfo").read_text().split("flags", 1)[-1].split("\n", 1)[0].split()
-    isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
-    return {"commit": commit, "date": time.strftime("%Y-%m-%d", time.gmtime()), "cpu": f"{os.cpu_count()} cores, {isa}"}
 
 
 def test_ready_and_live_through_the_http_front(stack):
@@ -221,7 +206,7 @@ def test_prometheus_in_the_stack_scrapes_triton(stack):
 
 
 def test_the_locust_service_runs_against_the_stack(stack):
-    run = stack.compose("--profile", "loadtest", "run", "--rm", "locust", "--host", "http://triton:8000",
+    run = stack.compose("-f", str(LOADTEST_FILE), "run", "--rm", "locust", "--host", "http://triton:8000",
                         "--grpc-host", "triton:8001", "--users", "4", "--duration", "20s", "--results-dir",
                         "/tmp/results", "--max-p99-ms", "60000", timeout=300)  # fmt: skip
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
@@ -230,6 +215,14 @@ def test_the_locust_service_runs_against_the_stack(stack):
     requests, failures = int(aggregated[1]), int(aggregated[2])
     assert requests >= 20 and failures == 0, run.stdout[-3000:]  # 4 users for 20 s against a live stack
     assert "PASS" in run.stdout
+
+
+def test_dev_shm_is_the_tmpfs_the_compose_file_mounts(stack):
+    """docker-compose.yml mounts /dev/shm as a tmpfs (swarm ignores shm_size); Docker's default would be 64 MB."""
+    shm = next(v for v in yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["triton"]["volumes"]
+               if v["target"] == "/dev/shm")  # fmt: skip
+    df = stack.docker("exec", stack.container("triton"), "df", "-B1", "/dev/shm").stdout
+    assert int(df.splitlines()[1].split()[1]) == shm["tmpfs"]["size"], df
 
 
 def test_memory_and_image_sizes_are_recorded(stack):

@@ -6,6 +6,7 @@ import csv
 import json
 import re
 import subprocess
+import sys
 import urllib.request
 from functools import partial
 from pathlib import Path
@@ -394,3 +395,32 @@ def test_report_shows_streams_apart_with_first_piece_gap_and_whole(tmp_path):
     # without the streams file (no streamed answer succeeded), the twins' rows say so; without twins, no table
     assert re.search(r"^grpc +translate_stream +0 +- +- +- +- +- +- +-$", text, re.M), text
     assert stream_table([Row("grpc", "translate", 1, 0, 1, 1, 1, 1, 1)]) == ""
+
+
+def test_rollout_tally_counts_what_ran_in_the_window_as_the_client_saw_it():
+    from loadtest.rollout import tally
+
+    def request(start: float, end: float, ok: bool = True, retries: int = 0) -> dict:
+        error = None if ok else "ServerUnreachable: reset"
+        return {"endpoint": "translate", "protocol": "grpc", "start": start, "end": end, "ok": ok, "retries": retries,
+                "error": error}  # fmt: skip
+
+    requests = [
+        request(0.0, 0.5),  # before the window: not counted
+        request(0.9, 1.2, retries=1),  # running as the window opens: counted, and it was retried
+        request(1.5, 1.6, ok=False),
+        request(1.7, 1.9),
+        request(2.8, 3.4),  # running as the window closes: counted, but its answer came after it
+    ]
+    counts = tally(requests, 1.0, 3.0)
+    assert (counts["sent"], counts["answered"], counts["retried"], counts["failed"]) == (4, 3, 1, 1)
+    assert counts["errors"] == ["ServerUnreachable: reset"]
+    assert counts["answered_per_s"] == 1.0  # two answers arrived inside the 2 s window
+    assert counts["p50_ms"] == 300.0
+    assert tally([], 0.0, 1.0)["p50_ms"] is None
+
+
+def test_rollout_refuses_a_bad_duration_by_name():
+    run = subprocess.run([sys.executable, "-m", "loadtest.rollout", "--log", "x.jsonl", "--duration", "soon"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert run.returncode == 2 and "duration" in run.stderr
