@@ -81,6 +81,8 @@ def test_swarm_deploys_the_compose_file_with_the_stack_override():
     assert triton["deploy"]["update_config"]["order"] == "start-first"
     assert triton["deploy"]["update_config"]["failure_action"] == "rollback"
     assert triton["stop_grace_period"] == plain["triton"]["stop_grace_period"]  # the drain's time, as in compose
+    # Prometheus bind-mounts its config from the checkout: it must run where the deploy ran
+    assert services["prometheus"]["deploy"]["placement"]["constraints"] == ["node.role == manager"]
     (config,) = [v for v in services["prometheus"]["volumes"] if v["target"] == "/etc/prometheus/prometheus.yml"]
     swarm = yaml.safe_load(Path(config["source"]).read_text())
     compose_jobs = yaml.safe_load((ROOT / "serving" / "prometheus" / "prometheus.yml").read_text())["scrape_configs"]
