@@ -75,7 +75,7 @@ def test_dashboard_reads_the_provisioned_datasource_and_is_mounted_where_the_pro
         ids = [panel["id"] for panel in dashboard["panels"]]
         assert len(ids) == len(set(ids)), "panel ids must be unique"
     provider = yaml.safe_load((PROVISIONING / "dashboards" / "ropeserve.yml").read_text())["providers"][0]
-    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    compose = yaml.safe_load((ROOT / "docker-compose.grafana.yml").read_text())
     mounts = compose["services"]["grafana"]["volumes"]
     assert f"./serving/grafana/dashboards:{provider['options']['path']}:ro" in mounts
     assert "./serving/grafana/provisioning:/etc/grafana/provisioning:ro" in mounts
