@@ -141,6 +141,16 @@ class EngineSettings:
     interactive_hold_s: float = 0.5
 
 
+@dataclass(frozen=True)
+class Prompt:
+    """How a chat model (a decoder-only import) is asked for the task: the user's message is `instruction` with the
+    text at ``{text}``, after a system message when `system` is set; the checkpoint's chat template renders it
+    (serving/text/chat.py)."""
+
+    instruction: str
+    system: str = ""
+
+
 @dataclass(frozen=True, eq=False)  # compared and hashed by identity: the registry holds one object per definition
 class Task:
     name: str
@@ -156,6 +166,7 @@ class Task:
     checkpoint: str = ""  # checkpoints/<checkpoint> holds the assets and the weights exported to ONNX
     result: str = ""  # the SDK's class name for answers with several outputs
     engine: EngineSettings = EngineSettings()  # for the endpoints served by the generation engine
+    prompt: Prompt | None = None  # for a chat model's task
     source: Path = field(default=Path(), compare=False)
 
     def endpoints(self) -> Iterator[Endpoint]:
@@ -419,10 +430,18 @@ def _engine(r: _Reader) -> EngineSettings:
     return settings
 
 
+def _prompt(r: _Reader) -> Prompt:
+    r.check_known("instruction", "system")
+    instruction = r.get("instruction", str)
+    if instruction.count("{text}") != 1:
+        raise r.fail("instruction", f"must hold {{text}} (where the text goes) exactly once, got {instruction!r}")
+    return Prompt(instruction, r.get("system", str, ""))
+
+
 def _task(r: _Reader, path: Path) -> Task:
     r.check_known(
         "summary", "example", "checkpoint", "assets", "result", "options", "endpoint", "explain", "stream", "loadtest",
-        "engine", "contract",
+        "engine", "contract", "prompt",
     )  # fmt: skip
     contract = r.get("contract", bool, False)  # only what clients read (tasks/contract_file.py): the SDK's copy
     name = path.stem
@@ -455,6 +474,7 @@ def _task(r: _Reader, path: Path) -> Task:
         checkpoint=r.get("checkpoint", str, ""),
         result=r.get("result", str, ""),
         engine=_engine(r.sub("engine", optional=True)),
+        prompt=_prompt(r.sub("prompt")) if "prompt" in r.table else None,
         source=path,
     )
     if len(endpoint.outputs) > 1 and not task.result:

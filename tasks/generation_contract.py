@@ -22,6 +22,20 @@ decoder step (``decoder.onnx``)
              key and value at column positions[r]. The engine binds each present to its past's memory, so the
              graph must write in place (com.microsoft::GroupQueryAttention does).
 
+A decoder-only model (a causal LM: Qwen2, Llama) hands the engine a prefill graph instead of the encoder, and a
+decoder step without cross-attention:
+
+prefill (``prefill.onnx``)
+    inputs   input_ids int32 [B, S]: a prompt's tokens but its last, right-padded with 0; attention_mask int32
+             [B, S] (1 = token)
+    outputs  present_{key,value}_self_i float32 [B, Hkv, S, Dh]: each layer's keys and values of those tokens
+             (Hkv: the model's key/value heads, grouped as it groups them), which the engine copies into the
+             cache rows of the prompt's beams; what lies beyond a row's length is never read.
+decoder step (``decoder.onnx``)
+    inputs   input_ids, positions and past_{key,value}_self_i as above (no cross_mask, no cross pairs): the
+             first step feeds the prompt's last token at position len(prompt) - 1.
+    outputs  as above.
+
 Beam search over k beams reads each row's 2·k best tokens, so the graphs' TOP_K bounds the beams: MAX_BEAMS.
 """
 
@@ -34,8 +48,8 @@ from typing import Any
 MAX_BEAMS = 8
 TOP_K = 2 * MAX_BEAMS  # a beam search of k beams reads 2·k candidates per row
 
-ENCODER_FILE, DECODER_FILE = "encoder.onnx", "decoder.onnx"
-INT8_FILES = {ENCODER_FILE: "encoder.int8.onnx", DECODER_FILE: "decoder.int8.onnx"}
+ENCODER_FILE, DECODER_FILE, PREFILL_FILE = "encoder.onnx", "decoder.onnx", "prefill.onnx"
+INT8_FILES = {ENCODER_FILE: "encoder.int8.onnx", DECODER_FILE: "decoder.int8.onnx", PREFILL_FILE: "prefill.int8.onnx"}
 
 INPUT_IDS, ATTENTION_MASK = "input_ids", "attention_mask"
 POSITIONS, CROSS_MASK = "positions", "cross_mask"
@@ -45,13 +59,20 @@ LOG_PROBS, TOP_LOG_PROBS, TOP_IDS = "log_probs", "top_log_probs", "top_ids"
 INT32, INT64, FLOAT = 6, 7, 1
 
 
-def graph_files(precision: str = "fp32") -> tuple[str, str]:
-    """The encoder's and decoder's file names for a precision ("fp32" or "int8")."""
+def graph_files(precision: str = "fp32", decoder_only: bool = False) -> tuple[str, str]:
+    """The file names of the graph that reads the source (the encoder, or a decoder-only model's prefill) and of
+    the decoder step, for a precision ("fp32" or "int8")."""
+    first = PREFILL_FILE if decoder_only else ENCODER_FILE
     if precision == "int8":
-        return INT8_FILES[ENCODER_FILE], INT8_FILES[DECODER_FILE]
+        return INT8_FILES[first], INT8_FILES[DECODER_FILE]
     if precision == "fp32":
-        return ENCODER_FILE, DECODER_FILE
+        return first, DECODER_FILE
     raise ValueError(f"precision must be fp32 or int8, got {precision!r}")
+
+
+def is_decoder_only(folder: Path) -> bool:
+    """Whether the graphs in `folder` are a decoder-only model's (a prefill graph, fp32 or int8, beside the step)."""
+    return any((Path(folder) / name).is_file() for name in (PREFILL_FILE, INT8_FILES[PREFILL_FILE]))
 
 
 def cross_names(n_pairs: int) -> list[str]:
@@ -69,7 +90,14 @@ def encoder_inputs() -> list[str]:
 
 
 def decoder_inputs(n_layers: int, n_cross: int) -> list[str]:
+    """The step's inputs; with no cross pairs (a decoder-only model) no cross_mask either."""
+    if n_cross == 0:
+        return [INPUT_IDS, POSITIONS, *self_cache_names("past", n_layers)]
     return [INPUT_IDS, POSITIONS, CROSS_MASK, *self_cache_names("past", n_layers), *cross_names(n_cross)]
+
+
+def prefill_outputs(n_layers: int) -> list[str]:
+    return self_cache_names("present", n_layers)
 
 
 def decoder_outputs(n_layers: int) -> list[str]:
@@ -81,8 +109,8 @@ class Layout:
     """What the engine allocates its buffers with, read from the decoder graph itself."""
 
     n_layers: int  # self-attention caches
-    n_cross: int  # cross-attention (key, value) pairs
-    n_heads: int
+    n_cross: int  # cross-attention (key, value) pairs; 0 for a decoder-only model
+    n_heads: int  # of the self-attention cache: key/value heads
     head_dim: int
     vocab: int
     top_k: int
@@ -90,6 +118,10 @@ class Layout:
     @property
     def max_beams(self) -> int:
         return self.top_k // 2
+
+    @property
+    def decoder_only(self) -> bool:
+        return self.n_cross == 0
 
 
 def layout(inputs: dict[str, list[int | str]], outputs: dict[str, list[int | str]]) -> Layout:
@@ -107,8 +139,8 @@ def layout(inputs: dict[str, list[int | str]], outputs: dict[str, list[int | str
     dims = {"heads": heads, "head_dim": head_dim, "vocabulary": vocab, "top-k": top_k}
     static = {what: dim for what, dim in dims.items() if isinstance(dim, int)}
     dynamic = [what for what in dims if what not in static]
-    if n_layers == 0 or n_cross == 0 or dynamic:
-        raise ValueError(f"decoder must have self and cross caches with static {', '.join(dims)} (dynamic: {dynamic})")
+    if n_layers == 0 or dynamic:
+        raise ValueError(f"decoder must have self-attention caches with static {', '.join(dims)} (dynamic: {dynamic})")
     if static["top-k"] < 2:
         raise ValueError(f"decoder's {TOP_IDS} holds {top_k} tokens per row; beam search needs at least 2")
     return Layout(n_layers, n_cross, static["heads"], static["head_dim"], static["vocabulary"], static["top-k"])
@@ -121,7 +153,8 @@ def check_graphs(folder: Path, precision: str = "fp32") -> list[str]:
 
     problems = []
     shapes = {}
-    for role, name in zip(("encoder", "decoder"), graph_files(precision)):
+    decoder_only = is_decoder_only(folder)
+    for role, name in zip(("encoder", "decoder"), graph_files(precision, decoder_only)):
         path = Path(folder) / name
         if not path.is_file():
             problems.append(f"{path} is missing")
@@ -140,12 +173,16 @@ def check_graphs(folder: Path, precision: str = "fp32") -> list[str]:
         found = layout({k: d for k, (_, d) in dec_in.items()}, {k: d for k, (_, d) in dec_out.items()})
     except ValueError as err:
         return [f"{where}: {err}"]
+    first = "prefill" if decoder_only else "encoder"
+    if decoder_only != found.decoder_only:
+        problems.append(f"{where}: a {first} graph with a decoder of {found.n_cross} cross-attention pairs")
     if list(enc_in) != encoder_inputs():
-        problems.append(f"{where}: encoder inputs are {list(enc_in)}; the contract wants {encoder_inputs()}")
-    if list(enc_out) != cross_names(found.n_cross):
-        problems.append(f"{where}: encoder outputs are {list(enc_out)}; the decoder reads {cross_names(found.n_cross)}")
+        problems.append(f"{where}: {first} inputs are {list(enc_in)}; the contract wants {encoder_inputs()}")
+    wanted = prefill_outputs(found.n_layers) if decoder_only else cross_names(found.n_cross)
+    if list(enc_out) != wanted:
+        problems.append(f"{where}: {first} outputs are {list(enc_out)}; the decoder reads {wanted}")
     types = {INPUT_IDS: INT32, ATTENTION_MASK: INT32}
-    problems += _typed(where, "encoder", enc_in, types)
+    problems += _typed(where, first, enc_in, types)
     types = {INPUT_IDS: INT32, POSITIONS: INT64, CROSS_MASK: INT32}
     problems += _typed(where, "decoder", dec_in, types)
     problems += _typed(where, "decoder", dec_out, {LOG_PROBS: FLOAT, TOP_LOG_PROBS: FLOAT, TOP_IDS: INT64})

@@ -166,3 +166,179 @@ def _train(model, tokenizer, pairs: list[tuple[str, str]], steps: int, batch: in
         optimizer.zero_grad()
         if step % 100 == 0 or step == steps - 1:
             print(f"  step {step + 1}/{steps} loss {loss.item():.2f} ({time.monotonic() - started:.0f} s)", flush=True)
+
+
+# -- decoder-only chat models (Qwen2, Llama) ----------------------------------------------------------------------
+
+CHATML = (  # Qwen2.5's template, its tool branches left out: a system turn of its own, then the turns
+    "{% for message in messages %}"
+    "{% if loop.first and message['role'] != 'system' %}"
+    "{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{% endif %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+LLAMA3 = (  # Llama 3's: the bos token in the text, headers around each role, eot after each turn
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim }}"
+    "{{ '<|eot_id|>' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}"
+)
+CHAT_SPECIALS = {  # per template: its special tokens, the end of a turn first (the eos that ends an answer)
+    "qwen2": ["<|im_end|>", "<|endoftext|>", "<|im_start|>"],
+    "llama": ["<|eot_id|>", "<|end_of_text|>", "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>"],
+}
+
+
+@dataclass(frozen=True)
+class CausalSize:
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn: int
+    vocab: int  # byte-level BPE tokens trained here (the config's vocab_size may be larger: `vocab_size`)
+    train_steps: int
+    vocab_size: int = 0  # the embedding's rows, when wider than the tokenizer (Qwen2.5 pads it to 151,936)
+    rope_theta: float = 1e6
+    tied: bool = True
+    init_std: float = 0.02
+    head_dim: int = 0  # 0: hidden / heads
+
+
+TINY_QWEN2 = CausalSize(2, 64, 4, 2, 160, 3000, 400)
+TINY_LLAMA = CausalSize(2, 64, 4, 1, 128, 3000, 400, rope_theta=5e5, tied=False)
+# Qwen2.5-0.5B-Instruct's shape (24 layers, hidden 896, 14 heads, 2 key/value heads, 151,936 embedding rows,
+# tied, rope_theta 1e6), untrained with wide random weights as OPUS_MT is: answers differ by prompt, no ties.
+QWEN25_05B = CausalSize(24, 896, 14, 2, 4864, 8000, 0, vocab_size=151_936, init_std=0.05)
+
+
+def chat_tokenizer(texts: list[str], vocab: int, specials: list[str]):
+    """A byte-level BPE `tokenizers` file trained on `texts`, the chat template's special tokens first."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    return tokenizer
+
+
+def build_causal_lm(
+    folder: Path,
+    model_type: str,
+    size: CausalSize,
+    pairs: list[tuple[str, str]],
+    seed: int = 0,
+    rope_scaling: dict | None = None,
+    instruction: str = "",
+) -> Path:
+    """A Qwen2ForCausalLM or LlamaForCausalLM folder as `save_pretrained` writes it (config, safetensors,
+    generation config, tokenizer.json, tokenizer_config.json, chat_template.jinja), trained briefly to answer
+    `instruction` with each pair's text in it by the pair's translation, in its chat template."""
+    from transformers import (
+        GenerationConfig,
+        LlamaConfig,
+        LlamaForCausalLM,
+        PreTrainedTokenizerFast,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+    )
+
+    from export.import_hf.decoder_only import INSTRUCTIONS
+    from serving.text.chat import TEXT_FIELD
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    random.seed(seed)
+    torch.manual_seed(seed)
+    instruction = instruction or INSTRUCTIONS["translate"]
+    specials = CHAT_SPECIALS[model_type]
+    texts = [zh for zh, _ in pairs] + [en for _, en in pairs] + [instruction]
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=chat_tokenizer(texts, size.vocab, specials),
+        eos_token=specials[0],
+        pad_token=specials[1],
+        bos_token=specials[2] if model_type == "llama" else None,
+        chat_template=CHATML if model_type == "qwen2" else LLAMA3,
+    )
+    ids = {token: fast.convert_tokens_to_ids(token) for token in specials}
+    common = dict(
+        vocab_size=size.vocab_size or len(fast),
+        hidden_size=size.hidden,
+        intermediate_size=size.ffn,
+        num_hidden_layers=size.layers,
+        num_attention_heads=size.heads,
+        num_key_value_heads=size.kv_heads,
+        max_position_embeddings=2048,
+        tie_word_embeddings=size.tied,
+        initializer_range=size.init_std,
+        eos_token_id=ids[specials[0]],
+        pad_token_id=ids[specials[1]],
+    )
+    rope = {"rope_type": "default", "rope_theta": size.rope_theta, **(rope_scaling or {})}
+    if size.head_dim:
+        common["head_dim"] = size.head_dim
+    if model_type == "qwen2":
+        config = Qwen2Config(**common, rope_parameters=rope)
+        model = Qwen2ForCausalLM(config)
+    else:
+        config = LlamaConfig(**common, rope_parameters=rope, bos_token_id=ids[specials[2]])
+        model = LlamaForCausalLM(config)
+
+    def example(zh: str, en: str) -> tuple[list[int], int]:
+        messages = [{"role": "user", "content": instruction.replace(TEXT_FIELD, zh)}]
+        prompt = fast.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        prompt_ids = fast(prompt, add_special_tokens=False)["input_ids"]
+        answer = fast(en, add_special_tokens=False)["input_ids"] + [ids[specials[0]]]
+        return prompt_ids + answer, len(prompt_ids)
+
+    _train_causal(model, [example(zh, en) for zh, en in pairs if len(zh) <= 24], size.train_steps)
+    model.eval()
+    model.generation_config = GenerationConfig(
+        eos_token_id=[ids[specials[0]], ids[specials[1]]],
+        pad_token_id=ids[specials[1]],
+        bos_token_id=ids[specials[2]] if model_type == "llama" else None,
+        do_sample=False,
+        max_new_tokens=64,
+    )
+    model.save_pretrained(folder)
+    fast.save_pretrained(folder)
+    return folder
+
+
+def _train_causal(model, examples: list[tuple[list[int], int]], steps: int, batch: int = 32) -> None:
+    """AdamW on the answers' tokens (the prompt's are not predicted), as _train does for Marian."""
+    if not steps:
+        return
+    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / 20))
+    pad = model.config.pad_token_id
+    model.train()
+    started = time.monotonic()
+    for step in range(steps):
+        rows = random.sample(examples, min(batch, len(examples)))
+        width = max(len(tokens) for tokens, _ in rows)
+        ids = torch.full((len(rows), width), pad)
+        labels = torch.full((len(rows), width), -100)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, (tokens, prompt) in enumerate(rows):
+            ids[i, : len(tokens)] = torch.tensor(tokens)
+            labels[i, prompt : len(tokens)] = torch.tensor(tokens[prompt:])
+            mask[i, : len(tokens)] = 1
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad()
+        if step % 100 == 0 or step == steps - 1:
+            print(f"  step {step + 1}/{steps} loss {loss.item():.2f} ({time.monotonic() - started:.0f} s)", flush=True)

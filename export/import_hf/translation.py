@@ -103,7 +103,7 @@ def import_translator(
 _SPECIALS = {"unk": "<unk>", "eos": "</s>", "pad": "<pad>"}
 
 
-def quantize(folder: Path) -> list[Path]:
+def quantize(folder: Path, files: tuple[str, ...] = contract.graph_files("fp32")) -> list[Path]:
     """The graphs' int8 twins. The output projection shares its weight with the embedding, so it is a MatMul of a
     transposed weight, which the quantizer passes over; ONNX Runtime's constant folding first makes that weight a
     constant of its own, which is then quantized (the embedding's table stays float)."""
@@ -113,7 +113,7 @@ def quantize(folder: Path) -> list[Path]:
     from serving.providers import inference_session
 
     written = []
-    for file in contract.graph_files("fp32"):
+    for file in files:
         folded = folder / f"folded.{file}"
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC

@@ -10,6 +10,8 @@
   CROSS_COLUMNS_STEP tokens, kept while it fits, so it changes (a copy of every row) only when a longer source
   arrives or the running ones fit in half of it.
 
+A decoder-only model has no cross-attention: a newcomer's prompt is prefilled straight into its rows' caches.
+
 The batch knows rows and buffers, not models or searches: the engine (serving/engine/engine.py) tells it who
 joins, and which rows each continuing source's next step reads (`leave`).
 """
@@ -28,13 +30,15 @@ from tasks.generation_contract import Layout
 # The cross-attention buffers' width grows and shrinks in steps of this many source tokens.
 CROSS_COLUMNS_STEP = 16
 
-# Writes the encoder's output for these sources into the cross-attention rows from this one on.
-EncodeInto = Callable[[list[list[int]], int], None]
+# Reads the admitted jobs' sources into the batch: an encoder writes cross-attention rows from this source's on, a
+# decoder-only model's prefill the self-attention caches of their beams' rows from this row on.
+EncodeInto = Callable[[list[Job], int], None]
 
 
 class RunningBatch:
     def __init__(self, layout: Layout) -> None:
         h, d = layout.n_heads, layout.head_dim
+        self.decoder_only = layout.decoder_only
         self.jobs: list[Job] = []  # in row order
         self.caches = [np.zeros((8, h, 16, d), np.float32) for _ in range(2 * layout.n_layers)]
         self.cross = [np.zeros((8, h, CROSS_COLUMNS_STEP, d), np.float32) for _ in range(2 * layout.n_cross)]
@@ -61,6 +65,13 @@ class RunningBatch:
     def join(self, admitted: list[Job], encode_into: EncodeInto) -> None:
         """Carry out the last step's moves, then the admitted jobs take the rows after the running ones."""
         self._move_cache_rows()
+        if self.decoder_only:
+            self._order = None  # no cross-attention rows to move
+            if admitted:
+                first_row = self.rows
+                self.jobs += admitted
+                encode_into(admitted, first_row)
+            return
         if not admitted and self._order is None:
             return
         self._move_sources()
@@ -70,7 +81,7 @@ class RunningBatch:
         self._reserve_cross(len(self.jobs), widest, kept)
         if admitted:
             self.cross_mask[kept : len(self.jobs)] = 0
-            encode_into([job.source for job in admitted], kept)
+            encode_into(admitted, kept)
 
     def _move_cache_rows(self) -> None:
         """The last step's beam reorders and departures: each row that moves is copied (the columns in use)."""
@@ -151,7 +162,7 @@ class RunningBatch:
             if moved:
                 destinations += [to for to, _ in moved]
                 origins += [of for _, of in moved]
-                columns = max(columns, job.state.steps)  # one key cached per step taken
+                columns = max(columns, job.state.cached_columns)
             row += job.num_beams
         self._moves = (destinations, origins, columns) if destinations else None
         self._order = None if order == list(range(len(self.jobs))) else order

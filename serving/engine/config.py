@@ -33,6 +33,8 @@ class EngineConfig:
                     generation.get("no_repeat_ngram_size", 0),
                     generation.get("early_stopping", True),
                     generation.get("forced_eos", False),
+                    tuple(generation.get("other_eos_ids", ())),
+                    huggingface=True,
                 )
             )
         model = config["model"]

@@ -83,7 +83,8 @@ class Engine:
         self.stats = Stats()
         self.scheduler = Scheduler(self.settings)
         self.batch = RunningBatch(self.layout)
-        self._encode_into = functools.partial(self.graphs.encode_into, self.batch)
+        read_sources = self.graphs.prefill_into if self.layout.decoder_only else self.graphs.encode_into
+        self._encode_into = functools.partial(read_sources, self.batch)
         self._stop = False
         self._thread: threading.Thread | None = None
         self._deliver: Callable[[list[Output]], None] = deliver_all
@@ -193,7 +194,8 @@ class Engine:
                 refused.append(Output(job, [], Finish.CANCELLED))
                 continue
             self.stats.queue_seconds.append(now - job.submitted)
-            job.sequence = search.SourceSearch(self.decoding, job.max_new_tokens, job.num_beams)
+            prefix = job.source if self.layout.decoder_only else None  # a decoder-only model continues its prompt
+            job.sequence = search.SourceSearch(self.decoding, job.max_new_tokens, job.num_beams, prefix)
             admitted.append(job)
         return admitted, refused
 

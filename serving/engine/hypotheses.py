@@ -20,12 +20,14 @@ class Hypotheses:
     length_penalty: float
     items: list[tuple[float, list[int]]] = field(default_factory=list)  # (score, tokens incl. bos)
     done: bool = False
+    uncounted: int = 0  # leading tokens the length penalty does not count (a decoder-only prompt but one)
 
     def score(self, sum_logprobs: float, length: int) -> float:
         return float(np.float32(sum_logprobs / length**self.length_penalty))
 
-    def add(self, tokens: list[int], sum_logprobs: float) -> None:
-        score = self.score(sum_logprobs, len(tokens))
+    def add(self, tokens: list[int], sum_logprobs: float, length: int | None = None) -> None:
+        """A finished sequence, scored at `length` (by default its tokens but the uncounted ones)."""
+        score = self.score(sum_logprobs, len(tokens) - self.uncounted if length is None else length)
         if len(self.items) == self.num_beams:
             if score <= self.items[-1][0]:
                 return

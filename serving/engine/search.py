@@ -59,18 +59,33 @@ class Decoding:
     # longer beat the worst of them.
     early_stopping: bool = True
     forced_eos: bool = False  # the last step allowed may only produce eos (Hugging Face's forced_eos_token_id)
+    # More tokens that end a sequence as eos does (a chat model's end of turn beside its end of text).
+    other_eos_ids: tuple[int, ...] = ()
+    # generate's rules where ONNX Runtime's differ beyond early stopping: at the length limit (a checkpoint imported
+    # from Hugging Face)
+    huggingface: bool = False
+
+    def is_eos(self, token: int) -> bool:
+        return token == self.eos_id or token in self.other_eos_ids
 
 
 class SourceSearch:
-    """One source text being decoded: its live beams (token lists starting with bos) and their scores."""
+    """One source text being decoded: its live beams and their scores. A beam's tokens start with its prefix:
+    the decoder's start token (bos) of an encoder-decoder, a decoder-only model's whole prompt."""
 
-    def __init__(self, decoding: Decoding, max_new_tokens: int, num_beams: int) -> None:
+    def __init__(
+        self, decoding: Decoding, max_new_tokens: int, num_beams: int, prefix: list[int] | None = None
+    ) -> None:
         self.decoding = decoding
         self.max_new_tokens = max_new_tokens
         self.num_beams = num_beams
-        self.beams = [[decoding.bos_id]]  # one row until the first step: the other beams start at -1e9
+        prefix = [decoding.bos_id] if prefix is None else list(prefix)
+        self.start = len(prefix)  # where the generated tokens begin in a beam
+        self.beams = [prefix]  # one row until the first step: the other beams start at -1e9
         self.scores = np.zeros(1, dtype=np.float32)
-        self.hypotheses = Hypotheses(num_beams, decoding.length_penalty)
+        # generate scores a hypothesis by its generated tokens plus one (its eos), which with a prefix of one
+        # (bos) is the beam's whole length
+        self.hypotheses = Hypotheses(num_beams, decoding.length_penalty, uncounted=self.start - 1)
         self.steps = 0
         self.result: list[int] | None = None  # the answer (no bos, no eos) once finished
         self.finish: Finish | None = None
@@ -82,6 +97,11 @@ class SourceSearch:
     @property
     def finished(self) -> bool:
         return self.result is not None
+
+    @property
+    def cached_columns(self) -> int:
+        """The keys each of its rows has in the self-attention cache: all its tokens but the newest."""
+        return self.start - 1 + self.steps
 
     def row_scores(self) -> NDArray[Any]:
         """The beam score of each of its rows [num_beams]: 0 for beam 0 and -1e9 for the others at the first
@@ -95,11 +115,11 @@ class SourceSearch:
     def take_token(self, token: int) -> list[int]:
         """Greedy: advance by the argmax token. Returns [0] (its one row continues), or [] once finished."""
         self.steps += 1
-        if token == self.decoding.eos_id:
-            return self._end(self.beams[0][1:], Finish.EOS)
+        if self.decoding.is_eos(token):
+            return self._end(self.beams[0][self.start :], Finish.EOS)
         self.beams[0].append(token)
         if self.steps == self.max_new_tokens:
-            return self._end(self.beams[0][1:], Finish.LENGTH)
+            return self._end(self.beams[0][self.start :], Finish.LENGTH)
         return [0]
 
     def take_candidates(self, indices: NDArray[Any], scores: NDArray[Any], vocab: int) -> list[int]:
@@ -111,22 +131,29 @@ class SourceSearch:
         chosen: list[tuple[int, int, np.float32]] = []
         for j, (index, score) in enumerate(zip(indices.tolist(), scores)):
             row, token = index // vocab, index % vocab
-            if token != self.decoding.eos_id:
+            if not self.decoding.is_eos(token):
                 chosen.append((row, token, score))
             elif j < k:
                 self.hypotheses.add(beams[row], float(score))
             if len(chosen) == k:
                 break
         if self.hypotheses.full() and self.decoding.early_stopping:
-            return self._end(self.hypotheses.items[0][1][1:], Finish.EOS)
+            return self._end(self.hypotheses.items[0][1][self.start :], Finish.EOS)
         self.beams = [beams[row] + [token] for row, token, _ in chosen]
         self.scores = np.array([score for _, _, score in chosen], dtype=np.float32)
         if self.hypotheses.full() and not self._can_improve():
-            return self._end(self.hypotheses.items[0][1][1:], Finish.EOS)
+            return self._end(self.hypotheses.items[0][1][self.start :], Finish.EOS)
         if self.steps == self.max_new_tokens:  # out of steps: the live beams compete with the hypotheses
-            for beam, score in zip(self.beams, self.scores):
-                self.hypotheses.add(beam, float(score))
-            return self._end(self.hypotheses.items[0][1][1:], Finish.LENGTH)
+            if self.decoding.huggingface:  # generate's length limit finishes the k best candidates that go on,
+                # each scored by its tokens so far (an eos would have counted one more)
+                for index, score in zip(indices[:k].tolist(), scores[:k]):
+                    row, token = index // vocab, index % vocab
+                    if not self.decoding.is_eos(token):
+                        self.hypotheses.add(beams[row] + [token], float(score), self.steps)
+            else:
+                for beam, score in zip(self.beams, self.scores):
+                    self.hypotheses.add(beam, float(score))
+            return self._end(self.hypotheses.items[0][1][self.start :], Finish.LENGTH)
         return [row for row, _, _ in chosen]
 
     def _end(self, result: list[int], finish: Finish) -> list[int]:
@@ -145,7 +172,8 @@ class SourceSearch:
         tokens so far; for beam search the common prefix of the live beams and the hypotheses."""
         if self.result is not None:
             return self.result
-        candidates = [beam[1:] for beam in self.beams] + [tokens[1:] for _, tokens in self.hypotheses.items]
+        start = self.start
+        candidates = [beam[start:] for beam in self.beams] + [tokens[start:] for _, tokens in self.hypotheses.items]
         prefix = candidates[0]
         for other in candidates[1:]:
             n = next((i for i, (a, b) in enumerate(zip(prefix, other)) if a != b), min(len(prefix), len(other)))

@@ -1,5 +1,6 @@
-"""The step graphs (export/graphs/step_export.py) in ONNX Runtime: the encoder, called for the sources that join
-the running batch, and the decoder step, called once per iteration for every row, bound to the batch's buffers.
+"""The step graphs (export/graphs/step_export.py) in ONNX Runtime: the encoder (or a decoder-only model's prefill),
+called for the sources that join the running batch, and the decoder step, called once per iteration for every
+row, bound to the batch's buffers.
 
 Everything the engine knows of the model comes from the graphs, as tasks/generation_contract.py lays them out.
 """
@@ -14,6 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from serving.engine.batch import RunningBatch
+from serving.engine.job import Job
 from serving.providers import in_process_session
 from tasks import generation_contract as contract
 
@@ -35,9 +37,10 @@ class StepGraphs:
         self.past_names = contract.self_cache_names("past", self.layout.n_layers)
         self.present_names = contract.self_cache_names("present", self.layout.n_layers)
 
-    def encode_into(self, batch: RunningBatch, sources: list[list[int]], first_row: int) -> None:
-        """Encode the sources into the batch's cross-attention rows from `first_row` on. Sources of similar length
-        share an encoder call (length_groups), which pads them to its longest only."""
+    def encode_into(self, batch: RunningBatch, jobs: list[Job], first_row: int) -> None:
+        """Encode the jobs' sources into the batch's cross-attention rows from `first_row` on. Sources of similar
+        length share an encoder call (length_groups), which pads them to its longest only."""
+        sources = [job.source for job in jobs]
         for group in length_groups([len(source) for source in sources], ENCODER_CALL_TOKENS):
             outputs, mask = self.encode([sources[i] for i in group])
             rows = [first_row + i for i in group]
@@ -46,13 +49,34 @@ class StepGraphs:
                 buffer[rows, :, :columns] = output
             batch.cross_mask[rows, :columns] = mask
 
-    def encode(self, sources: list[list[int]]) -> tuple[list[NDArray[Any]], NDArray[Any]]:
-        """One encoder call, padded to the longest source: the cross-attention keys/values, and the mask."""
+    def prefill_into(self, batch: RunningBatch, jobs: list[Job], first_row: int) -> None:
+        """A decoder-only model's prompts into the self-attention caches of the jobs' rows (`num_beams` each, from
+        `first_row` on): every prompt token but the last, whose step gives the first generated token. Prompts of
+        similar length share a prefill call, as sources share an encoder call."""
+        starts = first_row + np.cumsum([0] + [job.num_beams for job in jobs])
+        prompts = [job.source[:-1] for job in jobs]
+        batch.caches_for(int(starts[-1]), max(map(len, prompts)) + 1)  # grown to hold them
+        todo = [i for i, prompt in enumerate(prompts) if prompt]
+        for group in length_groups([len(prompts[i]) for i in todo], ENCODER_CALL_TOKENS):
+            members = [todo[i] for i in group]
+            presents, _ = self.encode([prompts[i] for i in members], self.present_names)
+            for buffer, present in zip(batch.caches, presents):
+                for g, i in enumerate(members):
+                    length = len(prompts[i])
+                    buffer[starts[i] : starts[i + 1], :, :length] = present[g, :, :length]
+
+    def encode(
+        self, sources: list[list[int]], outputs: list[str] | None = None
+    ) -> tuple[list[NDArray[Any]], NDArray[Any]]:
+        """One encoder (or prefill) call, padded to the longest source: its outputs (the cross-attention
+        keys/values, or the prefill's presents), and the mask."""
         ids = np.zeros((len(sources), max(map(len, sources))), np.int32)
+        mask = np.zeros_like(ids)
         for i, source in enumerate(sources):
             ids[i, : len(source)] = source
-        mask = (ids != 0).astype(np.int32)
-        return self.encoder.run(self.cross_names, {contract.INPUT_IDS: ids, contract.ATTENTION_MASK: mask}), mask
+            mask[i, : len(source)] = 1
+        feeds = {contract.INPUT_IDS: ids, contract.ATTENTION_MASK: mask}
+        return self.encoder.run(outputs or self.cross_names, feeds), mask
 
     def decode(
         self, batch: RunningBatch, with_all_log_probs: bool
@@ -63,13 +87,14 @@ class StepGraphs:
         beams = batch.row_beams()
         positions = np.array([len(beam) - 1 for beam in beams], np.int64)
         caches = batch.caches_for(len(beams), int(positions.max()) + 1)
-        cross_mask, cross_keys_values = batch.cross_per_row()
         feeds = {
             contract.INPUT_IDS: np.array([[beam[-1]] for beam in beams], np.int32),
             contract.POSITIONS: positions,
-            contract.CROSS_MASK: cross_mask,
-            **dict(zip(self.cross_names, cross_keys_values)),
         }
+        if not self.layout.decoder_only:
+            cross_mask, cross_keys_values = batch.cross_per_row()
+            feeds[contract.CROSS_MASK] = cross_mask
+            feeds.update(zip(self.cross_names, cross_keys_values))
         binding = self.decoder.io_binding()
         for name, array in feeds.items():
             binding.bind_cpu_input(name, array)

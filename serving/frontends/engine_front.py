@@ -48,13 +48,24 @@ METRICS_PERIOD_S = 0.5
 
 class EngineFront(FrontModel):
     Options: type = TranslateOptions
+    TARGET_TOKENIZER = "target_tokenizer.json"  # beside the source's tokenizer.json
+
+    def source_tokenizer(self) -> BatchTokenizer:
+        """What reads the texts: the window a piece must fit in, its tokens' ends (where a long one is cut)."""
+        return BatchTokenizer.from_file(self.asset_dir / "tokenizer.json", self.task_config["max_tokens"])
+
+    def job_sources(self, pieces: list[str]) -> list[list[int]]:
+        """Each piece's token ids as the engine reads them: here the encoder's source, ending with eos."""
+        batch = self.encode(self.source, pieces, suffix=[EOS_ID])
+        return [batch.ids[row, : batch.lengths[row]].tolist() for row in range(len(pieces))]
 
     def __init__(self, pb: Any, args: dict) -> None:
         super().__init__(pb, args)
         cfg = self.task_config
-        self.source = BatchTokenizer.from_file(self.asset_dir / "tokenizer.json", cfg["max_tokens"])
-        self.target = Tokenizer.from_file(str(self.asset_dir / "target_tokenizer.json"))
-        encoder, decoder = contract.graph_files(self.parameters.get("precision", "fp32"))
+        self.source = self.source_tokenizer()
+        self.target = Tokenizer.from_file(str(self.asset_dir / self.TARGET_TOKENIZER))
+        precision = self.parameters.get("precision", "fp32")
+        encoder, decoder = contract.graph_files(precision, bool(cfg.get("decoder_only")))
         self.engine = Engine(
             self.asset_dir / encoder,
             self.asset_dir / decoder,
@@ -172,13 +183,13 @@ class EngineFront(FrontModel):
             )
         if self.engine.queued_rows() + rows > most:
             raise Overloaded(QUEUE_FULL)
-        batch = self.encode(self.source, pieces, suffix=[EOS_ID])
+        sources = self.job_sources(pieces)
         self.metrics.sentences([len(document.pieces) for document in documents])
         reply = Reply(self, request.get_response_sender(), documents)
         bulk = len(pieces) > self.settings.interactive_sentences
         reply.jobs = [
             Job(
-                batch.ids[row, : batch.lengths[row]].tolist(),
+                source,
                 options.max_new_tokens,
                 options.num_beams,
                 reply.callback(row),
@@ -186,7 +197,7 @@ class EngineFront(FrontModel):
                 group=reply,
                 bulk=bulk,
             )
-            for row in range(len(pieces))
+            for row, source in enumerate(sources)
         ]
         # Polled for cancellation from here until its final response is queued: with every job known, so that a
         # cancellation reaches them all (one before its job is submitted refuses it at admission).

@@ -37,7 +37,14 @@ class SummarizeOptions(GenerationOptions):
     split_sentences = "0"  # not an option: a summary reads its text whole
 
 
-EngineOptions = TranslateOptions | SummarizeOptions  # what the engine's front model reads
+@dataclass(frozen=True)
+class AbstractiveOptions(GenerationOptions):
+    """A summary that is always generated (a chat model's): no mode to choose."""
+
+    split_sentences = "0"  # not an option: a summary reads its text whole
+
+
+EngineOptions = TranslateOptions | SummarizeOptions | AbstractiveOptions  # what the engine's front model reads
 
 
 def check_options(options_type: type, keywords: list[str], where: str) -> None:

@@ -97,7 +97,10 @@ def settled_prefix(text: str) -> str:
     answer. The WordPiece decoder renders each token on its own (a space first unless it is a "##" piece; its
     cleanup attaches "." "," "?" "!" to the token itself), and a space that goes next to a Chinese character is
     the new token's own, so more tokens only append. The exception is an apostrophe after a word, which
-    `_APOSTROPHE` joins to the next word ("Don '" → "Don't"): it is held back."""
+    `_APOSTROPHE` joins to the next word ("Don '" → "Don't"): it is held back. A byte-level tokenizer's (a chat
+    model's) partial answer may end inside a character, which decodes as U+FFFD until its last byte comes: held
+    back too."""
+    text = text.rstrip("\ufffd")
     return text[:-2] if _OPEN_APOSTROPHE.search(text) else text
 
 
