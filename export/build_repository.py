@@ -15,6 +15,7 @@ import argparse
 import hashlib
 import importlib
 import json
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -109,7 +110,19 @@ def imported_graphs(task: Task, checkpoint: Path, folder: Path) -> list[Path]:
     graphs = [
         path for path in sorted(checkpoint.glob("*.onnx")) if path.name.endswith(".int8.onnx") == (precision == "int8")
     ]
-    return [Path(shutil.copy2(path, folder / path.name)) for path in graphs]
+    weights = [data for path in graphs for data in [path.with_name(path.name + ".data")] if data.is_file()]
+    return [_linked(path, folder / path.name) for path in graphs + weights]
+
+
+def _linked(source: Path, destination: Path) -> Path:
+    """`source` at `destination`: a hard link where the file system allows one (an imported LLM's weights are
+    gigabytes, and the endpoint and its streaming twin read the same), else a copy."""
+    destination.unlink(missing_ok=True)
+    try:
+        os.link(source, destination)
+    except OSError:
+        shutil.copy2(source, destination)
+    return destination
 
 
 def explainer(task: Task, checkpoint: Path, destination: Path) -> Path:

@@ -26,7 +26,8 @@ def job(source_length: int, beams: int = 1, max_new_tokens: int = 20) -> Job:
 def encode_marking(batch: RunningBatch, calls: list):
     """Writes each source's length into its cross-attention row, as the encoder's output would go there."""
 
-    def encode_into(sources: list[list[int]], first_row: int) -> None:
+    def encode_into(jobs: list[Job], first_row: int) -> None:
+        sources = [job.source for job in jobs]
         calls.append((len(sources), first_row))
         for i, source in enumerate(sources):
             for buffer in batch.cross:
@@ -45,6 +46,41 @@ def test_newcomers_take_the_rows_after_the_running_ones_and_are_encoded_there():
     assert batch.rows == 4 and batch.starts().tolist() == [0, 1, 2, 4]
     assert [int(batch.cross[0][row, 0, 0, 0]) for row in range(3)] == [3, 4, 5]
     assert batch.cross_mask[:3].sum(axis=1).tolist() == [3, 4, 5]
+
+
+def test_a_decoder_only_batch_prefills_each_newcomers_beam_rows_and_copies_its_prompts_columns():
+    """No cross-attention: a newcomer's fill starts at its first row (beams counted), and a beam reorder copies the
+    prompt's cached keys as well as the generated ones."""
+    layout = Layout(n_layers=1, n_cross=0, n_heads=1, head_dim=1, vocab=50, top_k=16)
+    batch, calls = RunningBatch(layout), []
+    prompt = [7, 8, 9, 10, 11]
+    jobs = [Job(prompt, 20, beams, lambda tokens, final: None) for beams in (2, 3)]
+    for new in jobs:
+        new.sequence = SourceSearch(DECODING, 20, new.num_beams, prefix=new.source)
+
+    def prefill(admitted: list[Job], first_row: int) -> None:
+        calls.append(([len(j.source) for j in admitted], first_row))
+        for row, cache in enumerate(batch.caches_for(rows=first_row + 5, columns=6)[0]):
+            cache[:, :6] = row
+
+    batch.join(jobs[:1], prefill)
+    batch.join(jobs[1:], prefill)
+    assert calls == [([5], 0), ([5], 2)] and batch.rows == 5
+    second = jobs[1].state
+    second.steps = 1
+    assert second.cached_columns == len(prompt)  # the prompt's first 4 tokens and the token fed at step 1
+    jobs[0].state.steps = 1
+    batch.leave(set(), parents=[[0, 1], [2, 2, 0]])
+    batch.join([], prefill)
+    assert batch.caches[0][2:5, 0, : len(prompt), 0].tolist() == [[4] * 5, [4] * 5, [2] * 5]
+
+
+def test_a_search_with_a_prompt_answers_only_what_it_generated():
+    search = SourceSearch(Decoding(bos_id=1, eos_id=2, other_eos_ids=(3,)), 10, 1, prefix=[7, 8, 9])
+    assert search.take_token(20) == [0] and search.stable_tokens() == [20]
+    assert search.take_token(3) == [] and search.result == [20] and search.finish is Finish.EOS  # another eos
+    beams = SourceSearch(Decoding(bos_id=1, eos_id=2, length_penalty=1.0), 10, 2, prefix=[7, 8, 9])
+    assert beams.hypotheses.uncounted == 2  # a hypothesis is scored by its generated tokens plus its eos
 
 
 def test_a_finished_source_leaves_its_place_to_the_last_one_and_only_moved_rows_are_copied():
