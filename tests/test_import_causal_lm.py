@@ -181,7 +181,7 @@ def test_greedy_and_beam_answers_are_generates_tokens(folders, corpus, imported,
 def test_an_unseen_configuration_imports_and_decodes_as_generate(corpus, tmp_path):
     """Other layer counts, widths, heads, head_dim, rope_theta and a YaRN rope_scaling than any other test's."""
     size = CausalSize(3, 48, 6, 3, 96, 2000, 250, rope_theta=2e4, head_dim=16, tied=False)
-    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128}
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512}
     folder = build_causal_lm(tmp_path / "unseen", "qwen2", size, corpus[0], seed=3, rope_scaling=yarn)
     checkpoints, _ = import_folder(folder, "unseen_lm", tmp_path)
     ids = prompts(folder, corpus[1][:120])

@@ -82,6 +82,11 @@ def _run(args: argparse.Namespace) -> list[Path]:
     if args.task == "summarize":
         raise ValueError(f"config.model_type = {model_type!r}: --task summarize imports {DECODER_ONLY}")
     if args.task == "translate":
+        if model_type not in ("marian", ""):
+            raise ValueError(
+                f"config.model_type = {model_type!r} is not supported: --task translate imports MarianMTModel "
+                f"('marian') or a decoder-only chat model ({DECODER_ONLY})"
+            )
         from export.import_hf.translation import import_translator as run
     else:
         from export.import_hf.bert import import_classifier as run

@@ -200,9 +200,9 @@ def check_against_generate(model: Any, folder: Path, config: dict, template: str
     eos = {config["generation"]["eos_id"], *config["generation"]["other_eos_ids"]}
     with torch.no_grad():
         for ids, answer in zip(prompts, ours):
-            out = model.generate(
+            out = model.generate(  # greedy as served: with --greedy the folder's sampling settings are left out
                 torch.tensor([ids]), max_new_tokens=CHECKED_TOKENS, do_sample=False, num_beams=1,
-                eos_token_id=sorted(eos), pad_token_id=sorted(eos)[0],
+                repetition_penalty=1.0, eos_token_id=sorted(eos), pad_token_id=sorted(eos)[0],
             )  # fmt: skip
             theirs = [t for t in out[0, len(ids) :].tolist() if t not in eos]
             if answer != theirs:
