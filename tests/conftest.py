@@ -161,3 +161,30 @@ def fake_data_dir(tmp_path):
         lines = [f"城市交通建设进展{i}\t{news}{name}{i}\n" for i in range(count)]  # summary<TAB>text
         (lcsts / name).write_text("".join(lines), encoding="utf-8")
     return tmp_path
+
+
+# Without ../shared/data the folders learn from these and the parity runs on them (fewer sentences, same bar).
+FALLBACK_PAIRS = [
+    ("我爱你。", "I love you."),
+    ("他休息两天。", "He rests for two days."),
+    ("今天天气很好。", "The weather is nice today."),
+    ("你叫什么名字？", "What is your name?"),
+    ("我们明天去北京。", "We go to Beijing tomorrow."),
+    ("我只有几支笔。", "I only have a few pens."),
+    ("这本书很有意思。", "This book is interesting."),
+    ("他不喜欢喝咖啡。", "He doesn't like coffee."),
+    ("我们是朋友。", "We are friends."),
+    ("猫在桌子上。", "The cat is on the table."),
+]
+
+
+@pytest.fixture(scope="session")
+def corpus() -> tuple[list[tuple[str, str]], list[str]]:
+    """(training pairs, 200 held-out Chinese sentences) for the folders the import tests build and check."""
+    from export.import_hf.sample_folders import translation_pairs
+    from export.training.data import DEFAULT_DATA_DIR
+
+    if (DEFAULT_DATA_DIR / "translation").is_dir():
+        pairs, test = translation_pairs()
+        return pairs, test[:200]
+    return FALLBACK_PAIRS * 50, [zh for zh, _ in FALLBACK_PAIRS]

@@ -18,11 +18,10 @@ import onnx
 import pytest
 
 from export.import_hf.decoder_only import INSTRUCTIONS
-from export.import_hf.sample_folders import TINY_LLAMA, TINY_QWEN2, CausalSize, build_causal_lm, translation_pairs
-from export.training.data import DEFAULT_DATA_DIR
+from export.import_hf.sample_folders import TINY_LLAMA, TINY_QWEN2, CausalSize, build_causal_lm
 from tasks import PATH_VARIABLE, load
 from tasks import generation_contract as contract
-from tests.test_import_marian import FALLBACK_PAIRS, run
+from tests.test_import_marian import run, served_repository
 
 MAX_NEW_TOKENS = 32
 LLAMA3_SCALING = {
@@ -32,14 +31,6 @@ LLAMA3_SCALING = {
     "high_freq_factor": 4.0,
     "original_max_position_embeddings": 256,
 }
-
-
-@pytest.fixture(scope="module")
-def corpus() -> tuple[list[tuple[str, str]], list[str]]:
-    if (DEFAULT_DATA_DIR / "translation").is_dir():
-        pairs, test = translation_pairs()
-        return pairs, test[:200]
-    return FALLBACK_PAIRS * 50, [zh for zh, _ in FALLBACK_PAIRS]
 
 
 @pytest.fixture(scope="module")
@@ -253,11 +244,8 @@ def test_the_server_answers_with_generates_tokens(folders, corpus, imported, tmp
 
     checkpoints, tasks_dir = imported
     monkeypatch.setenv(PATH_VARIABLE, str(tasks_dir))
-    repository = tmp_path / "repository"
-    names = [flag for name in ("tiny_qwen", "tiny_qwen_summary", "tiny_llama") for flag in ("--task", name)]
-    run("-m", "tasks", "generate", *names, "--repository", str(repository))
-    run("-m", "export.build_repository", *names, "--repository", str(repository), "--checkpoints", str(checkpoints))
-    assert run("-m", "tasks", "check", *names, "--repository", str(repository)).returncode == 0
+    tasks = ("tiny_qwen", "tiny_qwen_summary", "tiny_llama")
+    repository = served_repository(tasks, checkpoints, tmp_path / "repository")
 
     texts = corpus[1]
     expected = {}

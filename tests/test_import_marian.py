@@ -18,7 +18,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from export.import_hf.sample_folders import OPUS_MT, TINY, MarianSize, build_marian, translation_pairs
+from export.import_hf.sample_folders import OPUS_MT, TINY, MarianSize, build_marian
 from export.training.data import DEFAULT_DATA_DIR
 from tasks import PATH_VARIABLE, load
 from tasks import generation_contract as contract
@@ -26,27 +26,6 @@ from tasks import generation_contract as contract
 ROOT = Path(__file__).resolve().parents[1]
 MAX_NEW_TOKENS = 48  # the same cap on both sides: at it, forced eos decides the last token on both
 FLIPS_ALLOWED = 0.01  # fp32 rounding may flip a near-tie: at most 1% of sentences, each shown
-# Without ../shared/data the folders learn from these and the parity runs on them (fewer sentences, same bar).
-FALLBACK_PAIRS = [
-    ("我爱你。", "I love you."),
-    ("他休息两天。", "He rests for two days."),
-    ("今天天气很好。", "The weather is nice today."),
-    ("你叫什么名字？", "What is your name?"),
-    ("我们明天去北京。", "We go to Beijing tomorrow."),
-    ("我只有几支笔。", "I only have a few pens."),
-    ("这本书很有意思。", "This book is interesting."),
-    ("他不喜欢喝咖啡。", "He doesn't like coffee."),
-    ("我们是朋友。", "We are friends."),
-    ("猫在桌子上。", "The cat is on the table."),
-]
-
-
-@pytest.fixture(scope="module")
-def corpus() -> tuple[list[tuple[str, str]], list[str]]:
-    if (DEFAULT_DATA_DIR / "translation").is_dir():
-        pairs, test = translation_pairs()
-        return pairs, test[:200]
-    return FALLBACK_PAIRS * 50, [zh for zh, _ in FALLBACK_PAIRS]
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +44,16 @@ def import_folder(folder: Path, name: str, root: Path, *flags: str) -> tuple[Pat
     command = ["-m", "export.import_hf", str(folder), "--task", "translate", "--name", name, *flags]
     run(*command, "--checkpoints", str(checkpoints), "--tasks-dir", str(tasks))
     return checkpoints, tasks
+
+
+def served_repository(tasks: tuple[str, ...], checkpoints: Path, repository: Path) -> Path:
+    """A model repository of the imported tasks (on $ROPESERVE_TASKS_PATH), built and checked as `make
+    repository` builds and `python -m tasks check` checks ours."""
+    names = [flag for name in tasks for flag in ("--task", name)]
+    run("-m", "tasks", "generate", *names, "--repository", str(repository))
+    run("-m", "export.build_repository", *names, "--repository", str(repository), "--checkpoints", str(checkpoints))
+    assert run("-m", "tasks", "check", *names, "--repository", str(repository)).returncode == 0
+    return repository
 
 
 def run(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -227,11 +216,7 @@ def test_the_server_answers_with_generates_tokens(folders, corpus, imported, tmp
 
     checkpoints, tasks_dir = imported
     monkeypatch.setenv(PATH_VARIABLE, str(tasks_dir))
-    repository = tmp_path / "repository"
-    names = [flag for name in ("tiny_mt", "tiny_int8", "opus_mt") for flag in ("--task", name)]
-    run("-m", "tasks", "generate", *names, "--repository", str(repository))
-    run("-m", "export.build_repository", *names, "--repository", str(repository), "--checkpoints", str(checkpoints))
-    assert run("-m", "tasks", "check", *names, "--repository", str(repository)).returncode == 0
+    repository = served_repository(("tiny_mt", "tiny_int8", "opus_mt"), checkpoints, tmp_path / "repository")
 
     texts = corpus[1]
     cases = [("tiny_mt", "tiny", "grpc"), ("tiny_mt", "tiny", "http"), ("opus_mt", "opus", "grpc")]
@@ -296,7 +281,7 @@ def test_the_contract_names_what_a_graph_breaks_and_the_engine_serves_no_more_be
     (problem,) = contract.check_graphs(folder)
     assert "position_ids" in problem and "'positions'" in problem
     assert contract.check_graphs(folder, "int8") == [
-        f"{folder / name} is missing" for name in contract.INT8_FILES.values()
+        f"{folder / name} is missing" for name in contract.graph_files("int8")
     ]
 
     good = checkpoints / "tiny_mt"

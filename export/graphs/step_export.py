@@ -78,6 +78,19 @@ def export_encoder(model: Seq2Seq) -> onnx.ModelProto:
     return export_module(StepEncoder(model), (ids, mask), list(shapes), outputs, shapes)
 
 
+def source_example(
+    low: int, high: int, max_len: int, min_len: int = 1
+) -> tuple[tuple[Tensor, Tensor], dict[str, dict[int, torch.export.Dim]]]:
+    """A source graph's example inputs (ids in [low, high), a padded second row) and their dynamic dims, by the
+    contract's input names: what an encoder or a decoder-only prefill graph is exported with."""
+    ids = torch.randint(low, high, (3, 7), dtype=torch.int32)
+    mask = torch.ones_like(ids)
+    mask[1, 4:] = 0
+    batch = torch.export.Dim("batch", min=1, max=4096)
+    sequence = torch.export.Dim("sequence", min=min_len, max=max_len)
+    return (ids, mask), {name: {0: batch, 1: sequence} for name in contract.encoder_inputs()}
+
+
 def decoder_example(
     n_layers: int, n_cross: int, heads: int, head_dim: int, vocab: int, max_len: int
 ) -> tuple[list[Tensor], tuple]:

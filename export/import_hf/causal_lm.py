@@ -24,6 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from export.graphs.seq2seq_export import export_module
+from export.graphs.step_export import source_example
 from export.model.attention import ort_op
 from tasks import generation_contract as contract
 
@@ -246,14 +247,9 @@ class StepGraph(_Layers):
 
 
 def export_prefill(model: nn.Module, settings: CausalSettings):
-    ids = torch.randint(0, settings.vocab_size, (3, 7), dtype=torch.int32)
-    mask = torch.ones_like(ids)
-    mask[1, 4:] = 0
-    batch = torch.export.Dim("batch", min=1, max=4096)
-    sequence = torch.export.Dim("sequence", min=2, max=settings.context)
-    shapes = {name: {0: batch, 1: sequence} for name in contract.encoder_inputs()}
+    args, shapes = source_example(0, settings.vocab_size, settings.context, min_len=2)
     outputs = contract.prefill_outputs(settings.layers)
-    return export_module(PrefillGraph(model, settings), (ids, mask), list(shapes), outputs, shapes)
+    return export_module(PrefillGraph(model, settings), args, list(shapes), outputs, shapes)
 
 
 def export_step(model: nn.Module, settings: CausalSettings):

@@ -23,7 +23,7 @@ from typing import Any
 import onnx
 import torch
 
-from export.import_hf import causal_lm
+from export.import_hf import causal_lm, task_file
 from tasks import generation_contract as contract
 
 INSTRUCTIONS = {  # the user's message per task, the text at {text}; edit it in the task file
@@ -217,38 +217,20 @@ def task_definition(
 ) -> str:
     """The task's definition (tasks/definition.py): the decoding defaults are the folder's generation config's,
     the prompt the task's default instruction."""
-    beams = min(settings.num_beams, contract.MAX_BEAMS)
-    precision = '\nprecision = "int8"' if int8 else ""
     flags = (" --int8" if int8 else "") + (" --greedy" if greedy else "")
     architecture = causal_lm.ARCHITECTURES[settings.model_type]
-    most_new = min(1024, settings.context // 4)
-    endpoint = f"""front = "serving.frontends.chat_front:{FRONTS[task]}"
-graphs = "export.build_repository:imported_graphs"
-threads = 2
-max_batch_size = 64
-instances = 1
-queue = {{ max_size = 64, timeout_s = 5 }}{precision}"""
-    split = (
-        """
-[options.split_sentences]
-input = "SPLIT_SENTENCES"
-default = "1"
-choices = ["1", "nonewlines", "0"]
-flags = ["--split-sentences"]
-help = "1: split at end punctuation and line breaks; nonewlines: at end punctuation only; 0: the text is one sentence"
-"""
-        if task == "translate"
-        else ""
-    )
+    endpoint = task_file.engine_endpoint(f"serving.frontends.chat_front:{FRONTS[task]}", int8)
+    why = "a quarter of the served context: the prompt takes the rest"
+    most = min(1024, settings.context // 4)
+    options = task_file.generation_options(settings.max_new_tokens, most, settings.num_beams, task == "translate", why)
     loadtest = {
-        "translate": 'file = "translation/tatoeba_test_zh_en.tsv"\ncolumn = 0\nheader = true\nparagraphs = true',
-        "summarize": 'file = "summarization/clge_lcsts_csl/test.tsv"\ncolumn = 0\nheader = true',
+        "translate": task_file.TRANSLATION_LOADTEST,
+        "summarize": 'file = "summarization/clge_lcsts_csl/lcsts_val.tsv"  # summary<TAB>text\ncolumn = 1',
     }[task]
-    verb = {"translate": "translate", "summarize": "summarize"}[task]
     return f'''# Imported from the Hugging Face {architecture} folder {source.resolve()}
 # by `python -m export.import_hf {source} --task {task} --name {name}{flags}`.
 # The defaults below are its generation config's; edit them or the prompt here, then `make repository`.
-summary = "{verb} with {name} ({architecture} imported from Hugging Face); prints one answer per line"
+summary = "{task} with {name} ({architecture} imported from Hugging Face); prints one answer per line"
 example = 'python -m clients {name} "我爱你。"'
 checkpoint = "{name}"
 assets = {json.dumps(list(ASSETS))}
@@ -258,20 +240,7 @@ assets = {json.dumps(list(ASSETS))}
 # (chat_template.jinja), after a system message when `system` is not empty.
 instruction = {json.dumps(INSTRUCTIONS[task], ensure_ascii=False)}
 system = ""
-
-[options.max_new_tokens]
-input = "MAX_NEW_TOKENS"
-default = {min(settings.max_new_tokens, most_new)}
-range = [1, {most_new}]
-help = "cap on generated tokens"
-
-[options.num_beams]
-input = "NUM_BEAMS"
-default = {beams}
-range = [1, {contract.MAX_BEAMS}]
-flags = ["--beams", "--num-beams"]
-help = "beam width; 1 is greedy"
-{split}
+{options}
 [endpoint]
 {endpoint}
 outputs = [{{ name = "{OUTPUTS[task]}", type = "string" }}]

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from export.graphs.seq2seq_export import export_module
-from export.graphs.step_export import decoder_example
+from export.graphs.step_export import decoder_example, source_example
 from export.model.attention import attention, group_by_source, split_heads
 from tasks import generation_contract as contract
 
@@ -204,14 +204,9 @@ class MarianDecoderGraph(nn.Module):
 
 
 def export_encoder(model: nn.Module, source_to_model: Tensor, settings: MarianSettings):
-    ids = torch.randint(4, len(source_to_model), (3, 7), dtype=torch.int32)
-    mask = torch.ones_like(ids)
-    mask[1, 4:] = 0
-    batch = torch.export.Dim("batch", min=1, max=4096)
-    sequence = torch.export.Dim("sequence", min=1, max=settings.max_positions)
-    shapes = {name: {0: batch, 1: sequence} for name in contract.encoder_inputs()}
+    args, shapes = source_example(4, len(source_to_model), settings.max_positions)
     outputs = contract.cross_names(settings.decoder_layers)
-    return export_module(MarianEncoderGraph(model, source_to_model), (ids, mask), list(shapes), outputs, shapes)
+    return export_module(MarianEncoderGraph(model, source_to_model), args, list(shapes), outputs, shapes)
 
 
 def export_decoder(model: nn.Module, settings: MarianSettings):

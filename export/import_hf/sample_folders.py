@@ -142,23 +142,32 @@ def build_marian(
 def _train(model, tokenizer, pairs: list[tuple[str, str]], steps: int, batch: int = 32) -> None:
     """AdamW with a short warm-up and clipped gradients on short pairs: a model that answers each source its own
     way within a few hundred steps (a higher rate, or long pairs, first learn one answer for every source)."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / 20))
     short = [pair for pair in pairs if len(pair[0]) <= 16] or pairs
-    model.train()
-    started = time.monotonic()
-    for step in range(steps):
+
+    def loss() -> torch.Tensor:
         rows = random.sample(short, min(batch, len(short)))
         inputs = tokenizer(
             [zh for zh, _ in rows], text_target=[en for _, en in rows], padding=True, truncation=True, max_length=24
         )
         labels = torch.tensor(inputs["labels"])
         labels[labels == model.config.pad_token_id] = -100
-        loss = model(
+        return model(
             input_ids=torch.tensor(inputs["input_ids"]),
             attention_mask=torch.tensor(inputs["attention_mask"]),
             labels=labels,
         ).loss
+
+    _optimize(model, steps, 1e-3, loss)
+
+
+def _optimize(model, steps: int, lr: float, loss_of_a_batch) -> None:
+    """`steps` AdamW steps on `loss_of_a_batch()` (a new batch each call), warm-up over 20, gradients clipped at 1."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / 20))
+    model.train()
+    started = time.monotonic()
+    for step in range(steps):
+        loss = loss_of_a_batch()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -317,14 +326,9 @@ def build_causal_lm(
 
 def _train_causal(model, examples: list[tuple[list[int], int]], steps: int, batch: int = 32) -> None:
     """AdamW on the answers' tokens (the prompt's are not predicted), as _train does for Marian."""
-    if not steps:
-        return
-    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / 20))
     pad = model.config.pad_token_id
-    model.train()
-    started = time.monotonic()
-    for step in range(steps):
+
+    def loss() -> torch.Tensor:
         rows = random.sample(examples, min(batch, len(examples)))
         width = max(len(tokens) for tokens, _ in rows)
         ids = torch.full((len(rows), width), pad)
@@ -334,11 +338,6 @@ def _train_causal(model, examples: list[tuple[list[int], int]], steps: int, batc
             ids[i, : len(tokens)] = torch.tensor(tokens)
             labels[i, prompt : len(tokens)] = torch.tensor(tokens[prompt:])
             mask[i, : len(tokens)] = 1
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad()
-        if step % 100 == 0 or step == steps - 1:
-            print(f"  step {step + 1}/{steps} loss {loss.item():.2f} ({time.monotonic() - started:.0f} s)", flush=True)
+        return model(input_ids=ids, attention_mask=mask, labels=labels).loss
+
+    _optimize(model, steps, 2e-3, loss)

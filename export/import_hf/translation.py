@@ -16,7 +16,7 @@ from pathlib import Path
 import onnx
 import torch
 
-from export.import_hf import marian
+from export.import_hf import marian, task_file
 from export.import_hf.sentencepiece_json import read_vocab, source_tokenizer, target_tokenizer
 from serving.text.tokenizer import UNKNOWN_PIECES_SUFFIX
 from tasks import generation_contract as contract
@@ -133,14 +133,11 @@ def _tokenizer_config(source: Path) -> dict:
 
 def task_definition(source: Path, name: str, settings: marian.MarianSettings, int8: bool) -> str:
     """The task's definition (tasks/definition.py): the options take the folder's generation config as defaults."""
-    beams = min(settings.num_beams, contract.MAX_BEAMS)
-    precision = '\nprecision = "int8"' if int8 else ""
-    endpoint = f"""front = "serving.frontends.engine_front:EngineFront"
-graphs = "export.build_repository:imported_graphs"
-threads = 2
-max_batch_size = 64
-instances = 1
-queue = {{ max_size = 64, timeout_s = 5 }}{precision}"""
+    endpoint = task_file.engine_endpoint("serving.frontends.engine_front:EngineFront", int8)
+    most = settings.max_positions - 1
+    options = task_file.generation_options(
+        settings.max_new_tokens, most, settings.num_beams, True, "the decoder's position table"
+    )
     return f'''# Imported from the Hugging Face MarianMTModel folder {source.resolve()}
 # by `python -m export.import_hf {source} --task translate --name {name}{" --int8" if int8 else ""}`.
 # The defaults below are its generation config's; edit them here, then `make repository`.
@@ -148,30 +145,8 @@ summary = "translate with {name} (MarianMTModel imported from Hugging Face); pri
 example = 'python -m clients {name} "我爱你。"'
 checkpoint = "{name}"
 assets = {json.dumps(list(ASSETS))}
-
-[options.max_new_tokens]
-input = "MAX_NEW_TOKENS"
-default = {settings.max_new_tokens}
-range = [1, {settings.max_positions - 1}]  # the decoder's position table
-help = "cap on generated tokens"
-
-[options.num_beams]
-input = "NUM_BEAMS"
-default = {beams}
-range = [1, {contract.MAX_BEAMS}]
-flags = ["--beams", "--num-beams"]
-help = "beam width; 1 is greedy"
-
-[options.split_sentences]
-input = "SPLIT_SENTENCES"
-default = "1"
-choices = ["1", "nonewlines", "0"]
-flags = ["--split-sentences"]
-help = "1: split at end punctuation and line breaks; nonewlines: at end punctuation only; 0: the text is one sentence"
-
+{options}
 [endpoint]
-# One engine of two ONNX Runtime threads: at this size the decoder's matrix products, not the Python loop
-# between steps, take the time, and one engine batches every request together.
 {endpoint}
 outputs = [{{ name = "TRANSLATION", type = "string" }}]
 
@@ -180,10 +155,7 @@ outputs = [{{ name = "TRANSLATION", type = "string" }}]
 
 [loadtest]
 weight = 1
-file = "translation/tatoeba_test_zh_en.tsv"
-column = 0
-header = true
-paragraphs = true
+{task_file.TRANSLATION_LOADTEST}
 texts = ["我爱你。", "他休息两天。", "今天天气很好。", "你叫什么名字？"]
 '''
 
