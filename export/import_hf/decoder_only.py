@@ -24,6 +24,7 @@ import onnx
 import torch
 
 from export.import_hf import causal_lm, task_file
+from export.import_hf.translation import read_tokenizer_config
 from tasks import generation_contract as contract
 
 INSTRUCTIONS = {  # the user's message per task, the text at {text}; edit it in the task file
@@ -46,7 +47,7 @@ def chat_template(source: Path) -> str:
     path = source / "chat_template.jinja"
     if path.is_file():
         return path.read_text(encoding="utf-8")
-    template = _tokenizer_config(source).get("chat_template")
+    template = read_tokenizer_config(source).get("chat_template")
     if isinstance(template, list):  # named templates: the default one
         template = next((t["template"] for t in template if t.get("name") == "default"), None)
     if not isinstance(template, str):
@@ -56,7 +57,7 @@ def chat_template(source: Path) -> str:
 
 def special_tokens(source: Path) -> dict[str, str]:
     """The special tokens a template may name, from tokenizer_config.json (a string or an AddedToken dict)."""
-    config = _tokenizer_config(source)
+    config = read_tokenizer_config(source)
     found = {}
     for key in SPECIAL_TOKENS:
         value = config.get(key)
@@ -65,11 +66,6 @@ def special_tokens(source: Path) -> dict[str, str]:
         if isinstance(value, str):
             found[key] = value
     return found
-
-
-def _tokenizer_config(source: Path) -> dict[str, Any]:
-    path = source / "tokenizer_config.json"
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
 def import_causal_lm(

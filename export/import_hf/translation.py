@@ -37,7 +37,7 @@ def import_translator(
             raise ValueError(f"{source} has no {file}: a MarianMTModel folder (save_pretrained) holds it")
     say(f"reading {source}")
     model, settings = marian.load(source)
-    tokenizer_config = _tokenizer_config(source)
+    tokenizer_config = read_tokenizer_config(source)
     if tokenizer_config.get("separate_vocabs"):
         raise marian.UnsupportedCheckpoint("tokenizer_config.separate_vocabs = True is not supported")
     vocab = read_vocab(source)
@@ -126,7 +126,8 @@ def quantize(folder: Path, files: tuple[str, ...] = contract.graph_files("fp32")
     return written
 
 
-def _tokenizer_config(source: Path) -> dict:
+def read_tokenizer_config(source: Path) -> dict:
+    """The folder's tokenizer_config.json ({} when it has none)."""
     path = source / "tokenizer_config.json"
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
