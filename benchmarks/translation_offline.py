@@ -83,10 +83,11 @@ def certain_text_steps(sentences: Sequence[str], beams: int, max_new: int) -> di
     total: dict[int, int] = {}
     jobs: list[Job] = []
 
-    def collect(row: int) -> Callable[[list[int], bool], None]:
+    def collect(row: int) -> Callable[[list[int], object], None]:
         tokens: list[int] = []
 
-        def on_tokens(new: list[int], final: bool) -> None:
+        def on_tokens(new: list[int], finish: object) -> None:
+            final = finish is not None
             tokens.extend(new)
             steps = jobs[row].sequence.steps
             text = detokenize(target, tokens)

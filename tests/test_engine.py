@@ -65,9 +65,9 @@ class Collector:
         self.finals: dict[int, int] = {}
 
     def callback(self, key: int):
-        def on_tokens(tokens: list[int], final: bool) -> None:
+        def on_tokens(tokens: list[int], finish) -> None:
             self.pieces.setdefault(key, []).append(tokens)
-            self.finals[key] = self.finals.get(key, 0) + int(final)
+            self.finals[key] = self.finals.get(key, 0) + int(finish is not None)
 
         return on_tokens
 

@@ -10,6 +10,7 @@ import pytest
 from serving.engine.batch import CROSS_COLUMNS_STEP, RunningBatch
 from serving.engine.batch_search import force_eos, take_step
 from serving.engine.job import Job, Output
+from serving.engine.sampling import Sampling, sample
 from serving.engine.search import Decoding, Finish, SourceSearch
 from tasks.generation_contract import Layout
 
@@ -17,10 +18,14 @@ LAYOUT = Layout(n_layers=1, n_cross=1, n_heads=1, head_dim=1, vocab=50, top_k=16
 DECODING = Decoding(bos_id=1, eos_id=2)
 
 
-def job(source_length: int, beams: int = 1, max_new_tokens: int = 20) -> Job:
-    new = Job([5] * (source_length - 1) + [2], max_new_tokens, beams, lambda tokens, final: None)
-    new.sequence = SourceSearch(DECODING, max_new_tokens, beams)
+def job(source_length: int, beams: int = 1, max_new_tokens: int = 20, sampling: Sampling | None = None) -> Job:
+    new = Job([5] * (source_length - 1) + [2], max_new_tokens, beams, lambda tokens, final: None, sampling=sampling)
+    new.sequence = SourceSearch(DECODING, max_new_tokens, beams, sampling=sampling)
     return new
+
+
+def unread() -> np.ndarray:
+    raise AssertionError("a step without sampled rows read every log-probability")
 
 
 def encode_marking(batch: RunningBatch, calls: list):
@@ -140,7 +145,7 @@ def test_a_step_of_greedy_and_beam_sources_takes_each_its_best():
     ids = np.tile(np.arange(10, 14), (3, 1))
     scores[0, 2] = -0.1  # greedy: token 12
     scores[1, 1], scores[1, 3] = -0.2, -0.3  # the beam's first step reads its row 0 only
-    parents = take_step([greedy, beam], DECODING, LAYOUT.vocab, scores, ids, np.array([0, 1, 3]))
+    parents = take_step([greedy, beam], DECODING, LAYOUT.vocab, scores, ids, np.array([0, 1, 3]), unread)
     assert parents == [[0], [0, 0]]
     assert greedy.state.beams == [[1, 12]]
     assert beam.state.beams == [[1, 11], [1, 13]]
@@ -152,7 +157,7 @@ def test_the_last_step_may_only_end_where_the_checkpoint_says_so():
     scores, ids = np.zeros((1, 4), np.float32), np.tile(np.arange(10, 14), (1, 1))
     force_eos([last], DECODING.eos_id, scores, ids, [0])
     assert ids[0, 0] == DECODING.eos_id and scores[0, 0] == 0.0 and (scores[0, 1:] < -1e30).all()
-    take_step([last], DECODING, LAYOUT.vocab, scores, ids, np.array([0, 1]))
+    take_step([last], DECODING, LAYOUT.vocab, scores, ids, np.array([0, 1]), unread)
     assert last.state.finish is Finish.EOS
 
 
@@ -175,3 +180,51 @@ def test_a_failed_step_reaches_the_job_as_an_error_output():
     job = Job([2], 4, 1, lambda new, final: tokens.append(new), on_error=errors.append)
     Output(job, [], Finish.ERROR, "generation failed: out of memory").deliver()
     assert errors == ["generation failed: out of memory"] and job.failed and tokens == []
+
+
+def sampled_tokens(sampling: Sampling, log_probs: np.ndarray, steps: int = 40) -> list[int]:
+    sampled = job(3, max_new_tokens=steps, sampling=sampling)
+    for _ in range(steps):
+        scores, ids = np.sort(log_probs)[None, ::-1][:, :16].copy(), np.argsort(-log_probs)[None, :16].copy()
+        if not take_step([sampled], DECODING, LAYOUT.vocab, scores, ids, np.array([0, 1]), lambda: log_probs[None]):
+            break
+    return sampled.state.beams[0][1:]
+
+
+def test_a_seeded_sampled_source_repeats_and_another_seed_does_not():
+    rng = np.random.default_rng(0)
+    log_probs = np.log(rng.dirichlet(np.ones(LAYOUT.vocab))).astype(np.float32)
+    log_probs[DECODING.eos_id] = -np.inf  # it never ends early
+    first = sampled_tokens(Sampling(seed=7), log_probs)
+    assert sampled_tokens(Sampling(seed=7), log_probs) == first and len(first) == 40
+    assert sampled_tokens(Sampling(seed=8), log_probs) != first
+    assert len(set(first)) > 10  # drawn, not argmax
+
+
+def logs(probs: list[float]) -> np.ndarray:
+    with np.errstate(divide="ignore"):
+        return np.log(np.array(probs)).astype(np.float32)
+
+
+def test_top_k_one_is_greedy_and_top_p_keeps_the_likeliest_that_reach_it():
+    log_probs = logs([0.05, 0.0, 0.0, 0.5, 0.3, 0.15])
+    assert {sample(log_probs, [], Sampling(top_k=1, seed=s), np.random.default_rng(s)) for s in range(20)} == {3}
+    drawn = {sample(log_probs, [], Sampling(top_p=0.75, seed=s), np.random.default_rng(s)) for s in range(200)}
+    assert drawn == {3, 4}  # 0.5 + 0.3 reach 0.75; 0.15 and 0.05 are cut
+    drawn = {sample(log_probs, [], Sampling(top_k=3), np.random.default_rng(s)) for s in range(300)}
+    assert drawn == {3, 4, 5}
+
+
+def test_the_repetition_penalty_and_temperature_shape_the_draw():
+    log_probs = logs([0.0, 0.0, 0.0, 0.6, 0.4])
+    draws = lambda sampling, seen: [  # noqa: E731
+        sample(log_probs, seen, sampling, np.random.default_rng(s)) for s in range(400)
+    ]
+    plain = draws(Sampling(), []).count(3)
+    penalized = draws(Sampling(repetition_penalty=3.0), [3]).count(3)
+    cold = draws(Sampling(temperature=0.2), []).count(3)
+    assert penalized < plain < cold  # a seen token less likely; a low temperature sharpens
+    with pytest.raises(ValueError, match="temperature"):
+        Sampling(temperature=0.0)
+    with pytest.raises(ValueError, match="top_p"):
+        Sampling(top_p=1.5)

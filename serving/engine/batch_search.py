@@ -17,6 +17,7 @@ from numpy.typing import NDArray
 
 from serving.engine.hypotheses import repeated_ngram_tokens
 from serving.engine.job import Job
+from serving.engine.sampling import sample
 from serving.engine.search import LOWEST, Decoding, best_candidates
 
 
@@ -75,13 +76,19 @@ def take_step(
     scores: NDArray[Any],
     ids: NDArray[Any] | None,
     starts: NDArray[Any],
+    all_log_probs: Callable[[], NDArray[Any]],
 ) -> list[list[int]]:
-    """Every source's step; for each, the rows of its own its next step continues ([] once finished)."""
+    """Every source's step; for each, the rows of its own its next step continues ([] once finished). A sampled
+    source draws from its row's whole distribution (`all_log_probs`), n-gram blocking and the forced last token
+    applied to it as to the others."""
     if decoding.forced_eos:
         force_eos(jobs, decoding.eos_id, scores, ids, starts.tolist())
     parents: list[list[int]] = [[] for _ in jobs]
     by_width: dict[int, list[int]] = {}
     for i, job in enumerate(jobs):
+        if job.sampling is not None:
+            parents[i] = job.state.take_token(_drawn(job, decoding, int(starts[i]), scores, ids, all_log_probs))
+            continue
         by_width.setdefault(job.num_beams, []).append(i)
     columns = scores.shape[1]
     for k, members in by_width.items():
@@ -101,3 +108,25 @@ def take_step(
         for n, i in enumerate(members):
             parents[i] = jobs[i].state.take_candidates(picked[n], values[n], vocab)
     return parents
+
+
+def _drawn(
+    job: Job,
+    decoding: Decoding,
+    row: int,
+    scores: NDArray[Any],
+    ids: NDArray[Any] | None,
+    all_log_probs: Callable[[], NDArray[Any]],
+) -> int:
+    """A sampled source's next token, drawn from its one row."""
+    state = job.state
+    assert job.sampling is not None and state.generator is not None
+    if ids is None:  # the step's scores are every token's, blocked and forced already
+        log_probs = scores[row]
+    elif decoding.forced_eos and state.steps == job.max_new_tokens - 1:
+        return decoding.eos_id
+    else:
+        log_probs = all_log_probs()[row].copy()
+        banned = repeated_ngram_tokens(state.beams[0], decoding.no_repeat_ngram_size)
+        log_probs[banned] = LOWEST
+    return sample(log_probs, state.beams[0], job.sampling, state.generator)

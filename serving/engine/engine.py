@@ -92,6 +92,8 @@ class Engine:
 
     # -- submitting --------------------------------------------------------------------------------------------
     def submit(self, job: Job) -> None:
+        if job.sampling is not None and job.num_beams != 1:
+            raise ValueError(f"a sampled job has one beam, got num_beams={job.num_beams}")
         if not 1 <= job.num_beams <= self.layout.max_beams:
             raise ValueError(
                 f"num_beams must be between 1 and {self.layout.max_beams} (the decoder returns {self.layout.top_k} "
@@ -164,8 +166,9 @@ class Engine:
             self.batch.join(admitted, self._encode_into)
             if not self.batch.jobs:
                 return refused
-            scores, ids = self._decode()
-            parents = take_step(self.batch.jobs, self.decoding, self.layout.vocab, scores, ids, self.batch.starts())
+            scores, ids, all_log_probs = self._decode()
+            jobs, starts = self.batch.jobs, self.batch.starts()
+            parents = take_step(jobs, self.decoding, self.layout.vocab, scores, ids, starts, all_log_probs)
             return refused + self._report_and_leave(parents)
         except Exception as err:
             failed = self.batch.clear()
@@ -195,19 +198,22 @@ class Engine:
                 continue
             self.stats.queue_seconds.append(now - job.submitted)
             prefix = job.source if self.layout.decoder_only else None  # a decoder-only model continues its prompt
-            job.sequence = search.SourceSearch(self.decoding, job.max_new_tokens, job.num_beams, prefix)
+            job.sequence = search.SourceSearch(self.decoding, job.max_new_tokens, job.num_beams, prefix, job.sampling)
             admitted.append(job)
         return admitted, refused
 
-    def _decode(self) -> tuple[NDArray[Any], NDArray[Any] | None]:
+    def _decode(self) -> tuple[NDArray[Any], NDArray[Any] | None, Callable[[], NDArray[Any]]]:
         """One decoder step for every row: each row's best TOP_K (log-probabilities, token ids), n-gram blocking
-        applied; or, the rare step where that is not exact, all its log-probabilities (ids None)."""
+        applied, or, the rare step where that is not exact, all its log-probabilities (ids None); and how to read
+        all of them (a sampled row draws from its whole row), copied out once, on demand."""
         n = self.decoding.no_repeat_ngram_size
-        scores, ids, all_log_probs = self.graphs.decode(self.batch, with_all_log_probs=n > 0)
+        sampled = any(job.sampling is not None for job in self.batch.jobs)
+        scores, ids, read_all = self.graphs.decode(self.batch, with_all_log_probs=n > 0 or sampled)
         self.stats.steps += 1
-        if all_log_probs is None:
-            return scores, ids
-        return block_ngrams(self.batch.jobs, n, scores, ids, all_log_probs)
+        all_log_probs = _once(read_all or _nothing)
+        if n > 0:
+            scores, ids = block_ngrams(self.batch.jobs, n, scores, ids, all_log_probs)
+        return scores, ids, all_log_probs
 
     def _report_and_leave(self, parents: list[list[int]]) -> list[Output]:
         """Each job's output; finished, cancelled and failed jobs leave the batch. Jobs that took their first step
@@ -235,3 +241,19 @@ class Engine:
         if state.finish is not None or new:
             return Output(job, new, state.finish)
         return None
+
+
+def _nothing() -> NDArray[Any]:
+    raise RuntimeError("the step did not keep its log-probabilities")
+
+
+def _once(read: Callable[[], NDArray[Any]]) -> Callable[[], NDArray[Any]]:
+    """`read`, called at most once: its array is reused (and may be changed in place by the first reader)."""
+    kept: list[NDArray[Any]] = []
+
+    def first() -> NDArray[Any]:
+        if not kept:
+            kept.append(read())
+        return kept[0]
+
+    return first

@@ -8,15 +8,16 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from serving.engine.sampling import Sampling
 from serving.engine.search import Finish, SourceSearch
 
-TokenCallback = Callable[[list[int], bool], None]  # (newly stable tokens, final)
+TokenCallback = Callable[[list[int], Finish | None], None]  # (newly stable tokens, why it ended on its last)
 
 
 @dataclass(eq=False)
 class Job:
     """One source text submitted to the engine. `on_tokens` receives the tokens every possible answer starts
-    with as they become known, and the rest with final=True (after Engine.cancel: none, final). If its step
+    with as they become known, and the rest with why it ended (after Engine.cancel: none, CANCELLED). If its step
     fails (or its own callback raises), `on_error` gets the message instead and the job leaves; a job without
     one makes the failure raise (offline use)."""
 
@@ -25,6 +26,7 @@ class Job:
     num_beams: int
     on_tokens: TokenCallback
     on_error: Callable[[str], None] | None = None
+    sampling: Sampling | None = None  # drawn instead of searched (one beam); None: greedy or beam search
     submitted: float = field(default_factory=time.perf_counter)
     # The jobs of one request (a document's sentences) share a group, and groups take turns; a bulk job (a
     # document's, or a large batch's) yields to interactive ones (serving/engine/scheduler.py).
@@ -60,7 +62,7 @@ class Output:
             fail([self.job], self.error)
             return
         try:
-            self.job.on_tokens(self.tokens, self.finish is not None)
+            self.job.on_tokens(self.tokens, self.finish)
         except Exception as err:
             if not fail([self.job], f"answering failed: {err}"):
                 raise

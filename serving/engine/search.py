@@ -22,6 +22,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from serving.engine.hypotheses import Hypotheses
+from serving.engine.sampling import Sampling
 
 INITIAL_BEAM_SCORE = np.float32(-1e9)  # beams 1..k-1 at the first step, so the beams differ
 LOWEST = np.finfo(np.float32).min
@@ -74,9 +75,16 @@ class SourceSearch:
     the decoder's start token (bos) of an encoder-decoder, a decoder-only model's whole prompt."""
 
     def __init__(
-        self, decoding: Decoding, max_new_tokens: int, num_beams: int, prefix: list[int] | None = None
+        self,
+        decoding: Decoding,
+        max_new_tokens: int,
+        num_beams: int,
+        prefix: list[int] | None = None,
+        sampling: Sampling | None = None,
     ) -> None:
         self.decoding = decoding
+        self.sampling = sampling  # its tokens are drawn (take_token), from a generator of its own
+        self.generator = sampling.generator() if sampling is not None else None
         self.max_new_tokens = max_new_tokens
         self.num_beams = num_beams
         prefix = [decoding.bos_id] if prefix is None else list(prefix)
@@ -113,7 +121,7 @@ class SourceSearch:
         return scores
 
     def take_token(self, token: int) -> list[int]:
-        """Greedy: advance by the argmax token. Returns [0] (its one row continues), or [] once finished."""
+        """Greedy or sampled: advance by the argmax (or drawn) token. Returns [0] (its one row continues), or [] once finished."""
         self.steps += 1
         if self.decoding.is_eos(token):
             return self._end(self.beams[0][self.start :], Finish.EOS)

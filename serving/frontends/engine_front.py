@@ -33,6 +33,7 @@ from tokenizers import Tokenizer
 from serving.engine.config import EngineConfig
 from serving.engine.engine import Engine, Job, Output
 from serving.engine.job import deliver_all
+from serving.engine.search import Finish
 from serving.frontends import sentences
 from serving.frontends.base import BatchTokenizer, FrontModel, InputError, Overloaded
 from serving.frontends.metrics import EngineLoad
@@ -295,9 +296,10 @@ class Reply:
         return all(answer is not None for answer in self.answers)
 
     def callback(self, row: int):
-        def on_tokens(tokens: list[int], final: bool) -> None:
+        def on_tokens(tokens: list[int], finish: Finish | None) -> None:
             if self.failed:  # answered with the error already
                 return
+            final = finish is not None
             self.tokens[row] += tokens
             if final and self.answers[row] is None:
                 self.answers[row] = detokenize(self.front.target, self.tokens[row])
