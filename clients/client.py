@@ -36,6 +36,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from .chat import ChatChunk, chat_stream_async
 from .endpoints import Endpoint, build_inputs, endpoint, endpoints, normalize_texts
 from .errors import ClientError, translated_errors
 from .explain import SentimentAttention, TranslationAlignment, explain_endpoint, explain_options
@@ -286,6 +287,13 @@ class AsyncClient(_ClientBase):
         Stopping early leaves the rest of the answer to a task that reads and drops it (never a cancel)."""
         run = grpc_stream_async if self.protocol == "grpc" else http_stream_async
         return retried_start_async(lambda: run(self.url, self.timeout_s, task, text, options), self.retry)
+
+    def chat(self, task: str, request: Mapping[str, Any] | str) -> AsyncIterator[ChatChunk]:
+        """A chat model's answer to a chat request (clients/chat.py), streamed with why it ended and its token
+        counts (gRPC only); a failure before the first piece is retried as `stream` retries."""
+        if self.protocol != "grpc":
+            raise ValueError("chat streams over gRPC only")
+        return retried_start_async(lambda: chat_stream_async(self.url, self.timeout_s, task, request), self.retry)
 
     async def is_ready(self, task: str | None = None) -> bool:
         """Whether the server (and `task`'s model, if named) can take requests; False rather than raise."""

@@ -141,3 +141,24 @@ def translated_errors(url: str, timeout_s: float) -> Iterator[None]:
         if translated is None or translated is error:
             raise
         raise translated from error
+
+
+# A decoupled model's error response reaches a gRPC stream as its message alone (Triton 2.51; tritonclient builds
+# InferenceServerException(msg=...) without a status), so its kind is read from the message: Triton's queue
+# refusals and the engine's full queue are UNAVAILABLE (retried), the front models' own failures INTERNAL, and
+# every other error a front model answers with is its refusal of the request.
+_STREAM_UNAVAILABLE = re.compile(r"Exceeds maximum queue size|Request timeout expired|queue is full")
+_STREAM_INTERNAL = re.compile(r"^(internal error|generation failed)")
+
+
+def stream_error(error: BaseException, url: str, timeout_s: float) -> ClientError | None:
+    """`to_client_error` for what a stream's reader got: an error response without a status takes the one its
+    message names (above)."""
+    if isinstance(error, InferenceServerException) and error.status() is None:
+        message = error.message() or str(error)
+        if _STREAM_UNAVAILABLE.search(message):
+            return ClientError(message, "StatusCode.UNAVAILABLE", url)
+        if _STREAM_INTERNAL.search(message):
+            return ClientError(message, "StatusCode.INTERNAL", url)
+        return ClientError(message, "StatusCode.INVALID_ARGUMENT", url)
+    return to_client_error(error, url, timeout_s)

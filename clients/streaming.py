@@ -23,17 +23,18 @@ import threading
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from numpy.typing import NDArray
 
 from .endpoints import option_tensor, options_of, text_tensor, to_infer_input
-from .errors import BAD_RESPONSE, DEADLINE_EXCEEDED, ClientError, translated_errors
+from .errors import BAD_RESPONSE, DEADLINE_EXCEEDED, ClientError, stream_error, translated_errors
 from .retry import RetryPolicy, call_with_retry, call_with_retry_async
 from .task_definitions import Option
 from .task_definitions import get as get_task
 
 FINAL = "triton_final_response"
+T = TypeVar("T")
 
 
 def stream_model(task: str) -> tuple[str, str, Mapping[str, Option]]:
@@ -77,10 +78,10 @@ def retried_start(open_stream: Callable[[], Iterator[str]], policy: RetryPolicy)
         yield from pieces
 
 
-async def retried_start_async(open_stream: Callable[[], AsyncIterator[str]], policy: RetryPolicy) -> AsyncIterator[str]:
-    """`retried_start` for async streams."""
+async def retried_start_async(open_stream: Callable[[], AsyncIterator[T]], policy: RetryPolicy) -> AsyncIterator[T]:
+    """`retried_start` for async streams (of pieces, or a chat's chunks)."""
 
-    async def first_piece() -> tuple[AsyncIterator[str], str | None]:
+    async def first_piece() -> tuple[AsyncIterator[T], T | None]:
         pieces = open_stream()
         return pieces, await anext(pieces, None)
 
@@ -111,8 +112,7 @@ def grpc_stream(
             except queue.Empty:
                 raise ClientError(f"no response from {model} within {timeout_s:g} s", DEADLINE_EXCEEDED, url) from None
             if error is not None:
-                with translated_errors(url, timeout_s):
-                    raise error
+                raise stream_error(error, url, timeout_s) or error
             piece = result.as_numpy(output)
             if piece is not None and piece.size:
                 yield piece.reshape(-1)[0].decode("utf-8")
@@ -141,15 +141,25 @@ def _end_stream(client: Any, finished: bool) -> None:
 async def grpc_stream_async(
     url: str, timeout_s: float, task: str, text: str, options: Mapping[str, int | str | None]
 ) -> AsyncIterator[str]:
-    """:func:`grpc_stream` on asyncio. The request goes out and our side of the stream closes at once: Triton
-    ends the call after the request's last response, which is how the end is seen (tritonclient's asyncio
-    client cannot ask for an empty final response). The responses are read by a task of their own, to the end,
-    whatever the caller does: a caller that stops early or is cancelled never cancels the call, for the reason
-    :func:`_end_stream` gives."""
+    """:func:`grpc_stream` on asyncio (:func:`grpc_responses_async`)."""
     import tritonclient.grpc.aio as grpcaio
 
     model, output, known = stream_model(task)
-    request = {"model_name": model, "inputs": _grpc_inputs(grpcaio, text, options, known)}
+    async for result in grpc_responses_async(url, timeout_s, model, _grpc_inputs(grpcaio, text, options, known)):
+        piece = result.as_numpy(output)
+        if piece is not None and piece.size and piece.reshape(-1)[0]:
+            yield piece.reshape(-1)[0].decode("utf-8")
+
+
+async def grpc_responses_async(url: str, timeout_s: float, model: str, inputs: list[Any]) -> AsyncIterator[Any]:
+    """Every response (an InferResult) of one request to a decoupled `model`. The request goes out and our side
+    of the stream closes at once: Triton ends the call after the request's last response, which is how the end
+    is seen (tritonclient's asyncio client cannot ask for an empty final response). The responses are read by a
+    task of their own, to the end, whatever the caller does: a caller that stops early or is cancelled never
+    cancels the call, for the reason :func:`_end_stream` gives."""
+    import tritonclient.grpc.aio as grpcaio
+
+    request = {"model_name": model, "inputs": inputs}
 
     async def one_request() -> AsyncIterator[dict[str, Any]]:
         yield request
@@ -170,11 +180,8 @@ async def grpc_stream_async(
             return
         result, error = item
         if error is not None:
-            with translated_errors(url, timeout_s):
-                raise error
-        piece = result.as_numpy(output)
-        if piece is not None and piece.size and piece.reshape(-1)[0]:
-            yield piece.reshape(-1)[0].decode("utf-8")
+            raise stream_error(error, url, timeout_s) or error
+        yield result
 
 
 _READING: set[asyncio.Future[None]] = set()  # asyncio keeps only weak references to tasks

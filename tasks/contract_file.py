@@ -21,7 +21,7 @@ except ModuleNotFoundError:  # Python 3.10, as in tasks/definition.py
 
 TOP_KEYS = ("summary", "example", "result")
 ENDPOINT_KEYS = ("outputs", "about")
-ENDPOINTS = ("endpoint", "stream", "explain")
+ENDPOINTS = ("endpoint", "stream", "explain", "chat")
 
 
 def contract(definition: Mapping[str, Any]) -> dict[str, Any]:

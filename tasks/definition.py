@@ -107,6 +107,8 @@ class Endpoint:
     graphs: str = ""  # "module:function" writing ONNX graphs the front model runs itself into its version folder
     threads: int = 0  # ONNX Runtime intra-op threads of those graphs (0: not set)
     precision: str = "fp32"  # of those graphs: "fp32", or "int8" (dynamically quantized weights)
+    # Whether it takes the task's options beside TEXT; a chat twin's TEXT is a whole request (JSON) instead.
+    reads_options: bool = True
 
 
 @dataclass(frozen=True)
@@ -167,11 +169,14 @@ class Task:
     result: str = ""  # the SDK's class name for answers with several outputs
     engine: EngineSettings = EngineSettings()  # for the endpoints served by the generation engine
     prompt: Prompt | None = None  # for a chat model's task
+    # A chat model's twin `<task>_chat`, decoupled: TEXT is a chat request (serving/text/chat_request.py), the
+    # conversation or prompt the client wrote, answered as a stream (what the gateway's OpenAI API calls).
+    chat: Endpoint | None = None
     source: Path = field(default=Path(), compare=False)
 
     def endpoints(self) -> Iterator[Endpoint]:
         yield self.endpoint
-        for twin in (self.stream, self.explain):
+        for twin in (self.stream, self.explain, self.chat):
             if twin is not None:
                 yield twin
 
@@ -349,6 +354,7 @@ def _endpoint(
     outputs: tuple[Tensor, ...] = (),
     decoupled: bool = False,
     contract: bool = False,
+    reads_options: bool = True,
 ) -> Endpoint:
     """An endpoint's table; a twin inherits the task's models (and, for the stream, the outputs). A contract's
     (tasks/contract_file.py) holds only what clients read: its outputs and its description."""
@@ -358,6 +364,7 @@ def _endpoint(
         return Endpoint(
             name=name, front="", outputs=own_outputs, max_batch_size=0, instances=0, queue_size=0,
             queue_timeout_s=0.0, models={}, about=r.get("about", str, ""), decoupled=decoupled,
+            reads_options=reads_options,
         )  # fmt: skip
     r.check_known(
         "front", "outputs", "max_batch_size", "instances", "queue", "models", "about", "graphs", "threads",
@@ -386,6 +393,7 @@ def _endpoint(
         threads=r.get("threads", int, 0),
         precision=_precision(r),
         decoupled=decoupled,
+        reads_options=reads_options,
     )
 
 
@@ -441,7 +449,7 @@ def _prompt(r: _Reader) -> Prompt:
 def _task(r: _Reader, path: Path) -> Task:
     r.check_known(
         "summary", "example", "checkpoint", "assets", "result", "options", "endpoint", "explain", "stream", "loadtest",
-        "engine", "contract", "prompt",
+        "engine", "contract", "prompt", "chat",
     )  # fmt: skip
     contract = r.get("contract", bool, False)  # only what clients read (tasks/contract_file.py): the SDK's copy
     name = path.stem
@@ -460,6 +468,10 @@ def _task(r: _Reader, path: Path) -> Task:
     if "stream" in r.table:  # the endpoint's twin answering with a stream of pieces: its outputs, its own front
         twin = r.sub("stream")
         stream = _endpoint(f"{name}_stream", twin, endpoint.models, endpoint.outputs, decoupled=True, contract=contract)
+    chat = None
+    if "chat" in r.table:  # a chat request in, the answer streamed with why it ended and its token counts
+        table = r.sub("chat")
+        chat = _endpoint(f"{name}_chat", table, endpoint.models, decoupled=True, contract=contract, reads_options=False)
     task = Task(
         name=name,
         summary=r.get("summary", str),
@@ -475,6 +487,7 @@ def _task(r: _Reader, path: Path) -> Task:
         result=r.get("result", str, ""),
         engine=_engine(r.sub("engine", optional=True)),
         prompt=_prompt(r.sub("prompt")) if "prompt" in r.table else None,
+        chat=chat,
         source=path,
     )
     if len(endpoint.outputs) > 1 and not task.result:

@@ -39,7 +39,8 @@ def _add_tensor(field: pb.ModelInput | pb.ModelOutput, tensor: Tensor) -> None:
 def front_config(task: Task, endpoint: Endpoint) -> str:
     config = pb.ModelConfig(name=endpoint.name, backend="python", max_batch_size=endpoint.max_batch_size)
     _add_tensor(config.input.add(), Tensor(TEXT_INPUT, "string"))
-    for option in task.options:
+    options = task.options if endpoint.reads_options else ()
+    for option in options:
         entry = config.input.add()
         _add_tensor(entry, Tensor(option.input, option.type))  # INT32 or (a string option) BYTES, dims [1]
         entry.optional = True
@@ -56,8 +57,10 @@ def front_config(task: Task, endpoint: Endpoint) -> str:
         config.parameters[THREADS_PARAMETER].string_value = str(endpoint.threads)
     if endpoint.precision != "fp32":
         config.parameters["precision"].string_value = endpoint.precision
-    options = ", ".join(o.input for o in task.options)
-    optional = f" and optional {options} ({_limits(task)}: tasks/{task.source.name})" if options else ""
+    names = ", ".join(o.input for o in options)
+    optional = f" and optional {names} ({_limits(task)}: tasks/{task.source.name})" if names else ""
+    if not endpoint.reads_options:
+        optional = " (one chat request as JSON: serving/text/chat_request.py)"
     variant = (
         f"Front model (Python backend): TEXT{optional}. At most "
         f"{endpoint.queue_size} requests wait; a full queue, or a request that waited {endpoint.queue_timeout_s:g} s, "

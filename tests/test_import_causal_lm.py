@@ -314,3 +314,112 @@ def test_a_folder_of_qwen25_05b_instructs_shape_decodes_as_generate(corpus, tmp_
     ids = prompts(folder, corpus[1][:50])
     ours = engine_answers(checkpoint, ids, 1, max_new_tokens=8)
     assert_identical(ours, generate(folder, ids, 1, max_new_tokens=8), "Qwen2.5-0.5B-shaped greedy")
+
+
+def test_openais_client_gets_generates_tokens_streams_samples_and_errors(
+    folders, corpus, imported, tmp_path, monkeypatch
+):
+    """The official `openai` client against the gateway, in front of the real server's `tiny_qwen_chat`: at
+    temperature 0, 200 conversations answered with `generate`'s tokens and their usage counted as transformers
+    counts them; a stream joins to its answer; a raw prompt (/v1/completions) answers as the conversation it
+    renders; a seed repeats its sampled answer; a stop string ends the answer before it; refusals in OpenAI's
+    shape and status."""
+    import openai
+    from transformers import AutoTokenizer
+
+    from serving.launcher.embedded import EmbeddedTriton, ServerOptions, free_ports
+    from serving.launcher.gateway import Gateway, GatewayOptions
+
+    checkpoints, tasks_dir = imported
+    monkeypatch.setenv(PATH_VARIABLE, str(tasks_dir))
+    repository = served_repository(("tiny_qwen",), checkpoints, tmp_path / "repository")
+    folder = folders["qwen2"]
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    texts = corpus[1]
+    ids = prompts(folder, texts)
+    answers = generate(folder, ids, 1)
+    expected = [tokenizer.decode(tokens, skip_special_tokens=True) for tokens in answers]
+
+    def conversation(text: str) -> list[dict[str, str]]:
+        return [{"role": "user", "content": INSTRUCTIONS["translate"].replace("{text}", text)}]
+
+    http, grpc, metrics, port = free_ports(4)
+    server = EmbeddedTriton(ServerOptions(model_repository=repository, http_port=http, grpc_port=grpc,
+                                          metrics_port=metrics))  # fmt: skip
+    server.start()
+    try:
+        with Gateway(GatewayOptions(triton_grpc=server.grpc_url, port=port)):
+            client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+            assert [model.id for model in client.models.list()] == ["tiny_qwen"]
+
+            def ask(text: str):
+                return client.chat.completions.create(
+                    model="tiny_qwen", messages=conversation(text), temperature=0, max_tokens=MAX_NEW_TOKENS
+                )
+
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(16) as pool:
+                completions = list(pool.map(ask, texts))
+            differing = [(t, c.choices[0].message.content, w) for t, c, w in zip(texts, completions, expected)
+                         if c.choices[0].message.content != w]  # fmt: skip
+            assert not differing, differing[:5]
+            for completion, prompt, tokens in zip(completions, ids, answers):
+                assert completion.usage.prompt_tokens == len(prompt)
+                assert completion.usage.completion_tokens == len(tokens)
+                assert completion.choices[0].finish_reason == ("length" if len(tokens) == MAX_NEW_TOKENS else "stop")
+            print(f"openai client: {len(texts)} of {len(texts)} conversations as generate")
+
+            for text, want in zip(texts[:10], expected):
+                chunks = list(client.chat.completions.create(
+                    model="tiny_qwen", messages=conversation(text), temperature=0, max_tokens=MAX_NEW_TOKENS,
+                    stream=True, stream_options={"include_usage": True},
+                ))  # fmt: skip
+                assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == want
+                assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] in ("stop", "length")
+                assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens > 0
+
+            rendered = tokenizer.apply_chat_template(conversation(texts[0]), add_generation_prompt=True, tokenize=False)
+            raw = client.completions.create(
+                model="tiny_qwen", prompt=rendered, temperature=0, max_tokens=MAX_NEW_TOKENS
+            )
+            assert raw.choices[0].text == expected[0] and raw.usage.prompt_tokens == len(ids[0])
+
+            def sampled(seed: int, text: str) -> str:
+                return ask_with(text, temperature=1.0, top_p=0.95, seed=seed, extra_body={"top_k": 40})
+
+            def ask_with(text: str, **settings) -> str:
+                completion = client.chat.completions.create(
+                    model="tiny_qwen", messages=conversation(text), max_tokens=MAX_NEW_TOKENS, **settings
+                )
+                return completion.choices[0].message.content
+
+            draws = [sampled(seed, texts[i]) for i in range(5) for seed in (5, 5, 6)]
+            assert all(draws[3 * i] == draws[3 * i + 1] for i in range(5)), "the same seed repeats"
+            assert any(draws[3 * i] != draws[3 * i + 2] for i in range(5)), "another seed draws another answer"
+            assert any(draws[3 * i] != expected[i] for i in range(5)), "sampled, not greedy"
+
+            i, word = next((i, w.split()[1]) for i, w in enumerate(expected) if len(w.split()) > 2)
+            cut = client.chat.completions.create(
+                model="tiny_qwen",
+                messages=conversation(texts[i]),
+                temperature=0,
+                max_tokens=MAX_NEW_TOKENS,
+                stop=[" " + word],
+            )
+            assert cut.choices[0].message.content == expected[i][: expected[i].index(" " + word)]
+            assert cut.choices[0].finish_reason == "stop"
+
+            with pytest.raises(openai.NotFoundError) as missing:
+                client.chat.completions.create(model="gpt-4o", messages=conversation(texts[0]))
+            assert missing.value.body["code"] == "model_not_found"
+            refusals = [({"temperature": 3}, "temperature"), ({"n": 2}, "n"), ({"extra_body": {"top_q": 1}}, "top_q")]
+            for settings, param in refusals:
+                with pytest.raises(openai.BadRequestError) as refused:
+                    client.chat.completions.create(model="tiny_qwen", messages=conversation(texts[0]), **settings)
+                assert refused.value.body["param"] == param, refused.value.body
+            with pytest.raises(openai.BadRequestError) as too_long:
+                client.chat.completions.create(model="tiny_qwen", messages=conversation(texts[0]), max_tokens=10**6)
+            assert too_long.value.body["code"] == "context_length_exceeded"
+    finally:
+        server.stop()

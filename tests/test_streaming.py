@@ -153,19 +153,20 @@ def test_queued_pieces_go_out_one_response_per_request_first_pieces_first():
 
     a, b, c, d = object(), object(), object(), object()
     queued = [
-        (a, ["Hel", ""], False, False, None),
-        (b, ["I"], False, True, None),
-        (a, ["lo", "x"], False, False, None),
-        (d, ["It"], False, False, None),
-        (c, ["We"], False, True, None),
-        (a, ["!", "y"], True, False, None),
-        (d, [""], True, False, "generation failed: out of memory"),
+        (a, ["Hel", ""], False, False, None, {}),
+        (b, ["I"], False, True, None, {"COUNT": 1}),
+        (a, ["lo", "x"], False, False, None, {}),
+        (d, ["It"], False, False, None, {}),
+        (c, ["We"], False, True, None, {}),
+        (b, ["!"], True, False, None, {"COUNT": 2}),
+        (a, ["!", "y"], True, False, None, {}),
+        (d, [""], True, False, "generation failed: out of memory", {}),
     ]
     assert _coalesce(queued) == [
-        (b, ["I"], False, None),
-        (c, ["We"], False, None),
-        (a, ["Hello!", "xy"], True, None),
-        (d, ["It"], True, "generation failed: out of memory"),
+        (b, ["I!"], True, None, {"COUNT": 2}),  # the other outputs: the latest
+        (c, ["We"], False, None, {}),
+        (a, ["Hello!", "xy"], True, None, {}),
+        (d, ["It"], True, "generation failed: out of memory", {}),
     ]
 
 

@@ -66,6 +66,9 @@ class CausalSettings:
     early_stopping: bool
     rope_type: str
     ignored: tuple[str, ...]  # generation settings left out with --greedy, named in the model card
+    # The folder's sampling settings when it samples: the chat twin's defaults (the OpenAI API's, as vLLM takes a
+    # model's generation config), never the task endpoints'.
+    sampling: tuple[tuple[str, float], ...] = ()
 
 
 SAMPLING_FIELDS = ("do_sample", "temperature", "top_p", "top_k", "repetition_penalty")
@@ -157,7 +160,20 @@ def read_settings(config: Any, generation: Any, greedy: bool = False) -> CausalS
         early_stopping=bool(generation.early_stopping),
         rope_type=rope_type,
         ignored=tuple(ignored),
+        sampling=_sampling_defaults(generation),
     )
+
+
+def _sampling_defaults(generation: Any) -> tuple[tuple[str, float], ...]:
+    if not generation.do_sample:
+        return (("temperature", 0.0),)  # a greedy folder's chat twin is greedy unless a request says otherwise
+    values = {
+        "temperature": generation.temperature,
+        "top_p": generation.top_p,
+        "top_k": generation.top_k,
+        "repetition_penalty": generation.repetition_penalty,
+    }
+    return tuple((key, float(value)) for key, value in values.items() if value is not None)
 
 
 def rope_tables(model: nn.Module, context: int) -> tuple[Tensor, Tensor]:

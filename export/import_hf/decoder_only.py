@@ -172,6 +172,7 @@ def checkpoint_config(
             "no_repeat_ngram_size": settings.no_repeat_ngram_size,
             "early_stopping": settings.early_stopping,
             "forced_eos": False,
+            "sampling": dict(settings.sampling),  # the chat twin's defaults
         },
     }
 
@@ -216,6 +217,7 @@ def task_definition(
     flags = (" --int8" if int8 else "") + (" --greedy" if greedy else "")
     architecture = causal_lm.ARCHITECTURES[settings.model_type]
     endpoint = task_file.engine_endpoint(f"serving.frontends.chat_front:{FRONTS[task]}", int8)
+    chat = task_file.engine_endpoint("serving.frontends.chat_front:ChatCompletions", int8)
     why = "a quarter of the served context: the prompt takes the rest"
     most = min(1024, settings.context // 4)
     options = task_file.generation_options(settings.max_new_tokens, most, settings.num_beams, task == "translate", why)
@@ -244,6 +246,17 @@ outputs = [{{ name = "{OUTPUTS[task]}", type = "string" }}]
 [stream]
 {endpoint}
 
+[chat]
+# {name}_chat: a conversation (or a raw prompt) as the client wrote it, answered as a stream with why it ended
+# and its token counts; the gateway's OpenAI API calls it. Sampling defaults: config.json's generation.sampling.
+{chat}
+outputs = [
+  {{ name = "TEXT", type = "string" }},
+  {{ name = "FINISH_REASON", type = "string" }},
+  {{ name = "PROMPT_TOKENS", type = "int32" }},
+  {{ name = "COMPLETION_TOKENS", type = "int32" }},
+]
+
 [loadtest]
 weight = 1
 {loadtest}
@@ -264,5 +277,6 @@ heads of {settings.head_dim}, vocabulary {settings.vocab_size:,}, rotary `{setti
 - served context: {settings.context:,} tokens (prompt and answer)
 - decoding: {settings.num_beams} beams, ends at token ids {list(settings.eos_ids)}; left out of its generation config \
 (--greedy): {ignored}
+- chat twin (`{name}_chat`, the OpenAI API's): samples by default with {dict(settings.sampling)}
 - graphs: prefill.onnx, decoder.onnx (tasks/generation_contract.py){", and their int8 twins" if int8 else ""}
 """

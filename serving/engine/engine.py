@@ -208,12 +208,13 @@ class Engine:
         all of them (a sampled row draws from its whole row), copied out once, on demand."""
         n = self.decoding.no_repeat_ngram_size
         sampled = any(job.sampling is not None for job in self.batch.jobs)
-        scores, ids, read_all = self.graphs.decode(self.batch, with_all_log_probs=n > 0 or sampled)
+        scores, top_ids, read_all = self.graphs.decode(self.batch, with_all_log_probs=n > 0 or sampled)
         self.stats.steps += 1
         all_log_probs = _once(read_all or _nothing)
-        if n > 0:
-            scores, ids = block_ngrams(self.batch.jobs, n, scores, ids, all_log_probs)
-        return scores, ids, all_log_probs
+        if n == 0:
+            return scores, top_ids, all_log_probs
+        blocked, ids = block_ngrams(self.batch.jobs, n, scores, top_ids, all_log_probs)
+        return blocked, ids, all_log_probs
 
     def _report_and_leave(self, parents: list[list[int]]) -> list[Output]:
         """Each job's output; finished, cancelled and failed jobs leave the batch. Jobs that took their first step

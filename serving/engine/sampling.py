@@ -43,9 +43,7 @@ class Sampling:
         return np.random.default_rng(self.seed)
 
 
-def sample(
-    log_probs: NDArray[Any], seen: list[int], sampling: Sampling, generator: np.random.Generator
-) -> int:
+def sample(log_probs: NDArray[Any], seen: list[int], sampling: Sampling, generator: np.random.Generator) -> int:
     """One token drawn from a row's log-probabilities [V] shaped by `sampling`; `seen`: the row's tokens so far
     (prompt included, as generate's repetition penalty counts them)."""
     scores = log_probs.astype(np.float64)

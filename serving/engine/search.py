@@ -121,7 +121,8 @@ class SourceSearch:
         return scores
 
     def take_token(self, token: int) -> list[int]:
-        """Greedy or sampled: advance by the argmax (or drawn) token. Returns [0] (its one row continues), or [] once finished."""
+        """Greedy or sampled: advance by the argmax (or drawn) token. Returns [0] (its one row continues), or []
+        once finished."""
         self.steps += 1
         if self.decoding.is_eos(token):
             return self._end(self.beams[0][self.start :], Finish.EOS)

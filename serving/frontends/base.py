@@ -325,7 +325,8 @@ class FrontModel:
         name = self.model_config.get("name", args.get("model_name", "unknown"))
         self.asset_dir = version_folder(args)
         self.task, self.endpoint = read_endpoint(self.asset_dir, name)
-        check_options(self.Options, [option.keyword for option in self.task.options], f"{name} ({type(self).__name__})")
+        keywords = [option.keyword for option in self.task.options] if self.endpoint.reads_options else []
+        check_options(self.Options, keywords, f"{name} ({type(self).__name__})")
         self.outputs = tuple(tensor.name for tensor in self.endpoint.outputs)
         self.models = {role: model.name for role, model in self.endpoint.models.items()}
         config_json = self.asset_dir / "config.json"

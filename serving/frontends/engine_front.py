@@ -24,7 +24,7 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,7 +35,7 @@ from serving.engine.engine import Engine, Job, Output
 from serving.engine.job import deliver_all
 from serving.engine.search import Finish
 from serving.frontends import sentences
-from serving.frontends.base import BatchTokenizer, FrontModel, InputError, Overloaded
+from serving.frontends.base import BatchTokenizer, FrontModel, InputError, Overloaded, to_column
 from serving.frontends.metrics import EngineLoad
 from serving.frontends.options import EngineOptions, TranslateOptions
 from serving.frontends.sentences import Document
@@ -115,10 +115,10 @@ class EngineFront(FrontModel):
                 if outputs is not None:
                     deliver_all(outputs)  # every job has on_error: a failing callback fails its request only
             responses, self._responses = self._responses, []
-            for sender, pieces, final, error in _coalesce(responses):
+            for sender, pieces, final, error, extra in _coalesce(responses):
                 try:
                     if error is None:
-                        self.respond(sender, pieces, final)
+                        self.respond(sender, pieces, final, extra)
                     else:
                         sender.send(
                             self.internal_error_response(error), flags=self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -138,14 +138,22 @@ class EngineFront(FrontModel):
                 for reply in live:
                     reply.poll()
 
-    def queue_response(self, reply: Reply, pieces: Sequence[str], final: bool, error: str | None = None) -> None:
+    def queue_response(
+        self,
+        reply: Any,
+        pieces: Sequence[str],
+        final: bool,
+        error: str | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
         """A response a delivery made (on the messenger thread), sent at the end of the round; a final one (an
-        error is final) ends the reply's polling."""
+        error is final) ends the reply's polling. `extra`: the endpoint's other outputs, one value each (a chat
+        twin's finish reason and token counts)."""
         if final or error is not None:
             with self._live_lock:
                 self._live.discard(reply)
         first, reply.started = not reply.started, True
-        self._responses.append((reply.sender, pieces, final, first, error))
+        self._responses.append((reply.sender, pieces, final, first, error, dict(extra or {})))
 
     def _report_metrics(self) -> None:
         """The engine's gauges and counters, twice a second (what a step counts is summed here, not per step)."""
@@ -229,29 +237,34 @@ class EngineFront(FrontModel):
                 )
         return documents
 
-    def respond(self, sender: Any, pieces: Sequence[str], final: bool) -> None:
-        tensor = self.pb.Tensor(self.output, np.array([[p.encode("utf-8")] for p in pieces], dtype=np.object_))
+    def respond(self, sender: Any, pieces: Sequence[str], final: bool, extra: Mapping[str, Any]) -> None:
+        tensors = [self.pb.Tensor(self.output, np.array([[p.encode("utf-8")] for p in pieces], dtype=np.object_))]
+        for name, value in extra.items():
+            tensors.append(self.pb.Tensor(name, to_column([value] * len(pieces), self.output_dtype(name))))
         flags = self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0
-        sender.send(self.pb.InferenceResponse(output_tensors=[tensor]), flags=flags)
+        sender.send(self.pb.InferenceResponse(output_tensors=tensors), flags=flags)
 
 
-Outgoing = tuple[Any, Sequence[str], bool, bool, "str | None"]  # sender, pieces, final, first, error
+# sender, pieces, final, first, error, the other outputs
+Outgoing = tuple[Any, Sequence[str], bool, bool, "str | None", dict[str, Any]]
+Coalesced = tuple[Any, list[str], bool, "str | None", dict[str, Any]]
 
 
-def _coalesce(items: list[Outgoing]) -> list[tuple[Any, list[str], bool, str | None]]:
-    """One response per request from the queued (sender, pieces, final, first, error) items: a request's pieces
-    that queued up while the messenger was busy go out as one, in order, and an error replaces them; a request's
-    first response goes before the others (the time to the first piece is what a streaming client waits for)."""
-    merged: dict[int, tuple[Any, list[str], bool, bool, str | None]] = {}
-    for sender, pieces, final, first, error in items:
+def _coalesce(items: list[Outgoing]) -> list[Coalesced]:
+    """One response per request from the queued (sender, pieces, final, first, error, extra) items: a request's
+    pieces that queued up while the messenger was busy go out as one, in order, with the latest other outputs,
+    and an error replaces them; a request's first response goes before the others (the time to the first piece
+    is what a streaming client waits for)."""
+    merged: dict[int, tuple[Any, list[str], bool, bool, str | None, dict[str, Any]]] = {}
+    for sender, pieces, final, first, error, extra in items:
         if id(sender) in merged:
-            _, sent, _, was_first, _ = merged[id(sender)]
+            _, sent, _, was_first, _, _ = merged[id(sender)]
             joined = [a + b for a, b in zip(sent, pieces, strict=True)]
-            merged[id(sender)] = (sender, joined, final, was_first, error)
+            merged[id(sender)] = (sender, joined, final, was_first, error, extra)
         else:
-            merged[id(sender)] = (sender, list(pieces), final, first, error)
+            merged[id(sender)] = (sender, list(pieces), final, first, error, extra)
     ordered = sorted(merged.values(), key=lambda item: not item[3])  # stable: otherwise in queued order
-    return [(sender, pieces, final, error) for sender, pieces, final, _, error in ordered]
+    return [(sender, pieces, final, error, extra) for sender, pieces, final, _, error, extra in ordered]
 
 
 class Reply:

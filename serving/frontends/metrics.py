@@ -152,6 +152,7 @@ REJECT_REASONS = (
     "internal_error",
     "overloaded",
     "document_too_long",
+    "context_length_exceeded",
 )
 
 

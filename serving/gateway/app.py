@@ -1,5 +1,5 @@
-"""The gateway's ASGI app: the three APIs, the page, ``/metrics``, ``/health`` and ``/openapi.json``, with the
-request-size limit and the error format of each API.
+"""The gateway's ASGI app: the four APIs (DeepL, LibreTranslate, plain JSON, OpenAI's for chat models), the page,
+``/metrics``, ``/health`` and ``/openapi.json``, with the request-size limit and the error format of each API.
 
 Starlette on uvicorn (httptools, uvloop), chosen by measurement: in front of the same Triton, 32 clients of
 ``/v1/sentiment`` got 1.2 k requests/s through FastAPI with a typed body, 1.3–1.6 k through Starlette and 1.7 k
@@ -22,7 +22,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from . import deepl, libre, openapi, plain
+from . import deepl, libre, openai_api, openapi, plain
 from .errors import GatewayError, error_response
 from .gateway_state import GatewayState, state_of
 from .keys import Keys
@@ -99,6 +99,7 @@ def build_app(settings: GatewaySettings, keys: Keys | None = None) -> Starlette:
             await state.triton.close()
 
     described = [(route, None, (route.endpoint.__doc__ or "").strip()) for route in deepl.routes + libre.routes]
+    described += [(route, None, (route.endpoint.__doc__ or "").strip()) for route in openai_api.routes]
     described += plain.routes()
     described.append((Route("/health", health, methods=["GET"], name="health"), None, health.__doc__ or ""))
     schema = openapi.document(described)
