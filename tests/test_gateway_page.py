@@ -102,6 +102,10 @@ def uncaught_errors(driver: webdriver.Chrome) -> list[str]:
     ]
 
 
+def options_of(driver: webdriver.Chrome, select_id: str) -> list[str]:
+    return [o.get_attribute("value") for o in driver.find_elements(By.CSS_SELECTOR, f"#{select_id} option")]
+
+
 def enter_text(driver: webdriver.Chrome, text: str) -> None:
     source = driver.find_element(By.ID, "source")
     source.clear()
@@ -119,6 +123,12 @@ def test_page_streams_the_translation_and_shows_sentiment_summary_and_alignment(
         driver.get(gateway.url + "/")
         assert "ropeserve" in driver.title
         assert driver.find_element(By.ID, "beams").get_attribute("value") == "1"  # greedy streams fastest
+        for picker, model in (("translator", "translate"), ("summarizer", "summarize")):  # the served ones, listed
+            wait(driver, lambda d, p=picker: options_of(d, p), f"no model to pick in #{picker}")
+            assert (
+                options_of(driver, picker) == [model]
+                and driver.find_element(By.ID, picker).get_attribute("value") == model
+            )
         footer = driver.find_element(By.TAG_NAME, "footer").text
         assert "/openapi.json" in footer and "/v2/translate" in footer and "/translate" in footer
 

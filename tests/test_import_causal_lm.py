@@ -182,8 +182,6 @@ def test_an_unseen_configuration_imports_and_decodes_as_generate(corpus, tmp_pat
 UNSUPPORTED = {  # file, key, value, what the error names
     "model_type": ("config.json", "model_type", "gpt_neox", "config.model_type = 'gpt_neox'"),
     "dynamic": ("config.json", "rope_scaling", {"rope_type": "dynamic", "factor": 2.0}, "rope_type = 'dynamic'"),
-    "sampling": ("generation_config.json", "do_sample", True, "generation_config.do_sample = True"),
-    "penalty": ("generation_config.json", "repetition_penalty", 1.1, "generation_config.repetition_penalty = 1.1"),
 }
 
 
@@ -202,16 +200,20 @@ def test_an_unsupported_folder_is_refused_by_its_field_and_nothing_is_written(fo
     assert not (tmp_path / "tasks").exists() and not any((tmp_path / "ck").glob("*"))
 
 
-def test_a_sampling_folder_imports_with_greedy_and_its_card_says_what_was_left_out(folders, tmp_path):
+def test_a_sampling_folder_imports_its_sampling_as_the_chat_twins_defaults(folders, tmp_path):
+    """Qwen2.5's generation config samples: the task endpoints decode greedily (the card says what they leave
+    out), the chat twin samples with the folder's settings unless a request says otherwise."""
     folder = tmp_path / "sampling"
     shutil.copytree(folders["qwen2"], folder)
     config = json.loads((folder / "generation_config.json").read_text())
     sampling = {"do_sample": True, "temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05}
     (folder / "generation_config.json").write_text(json.dumps({**config, **sampling}))
-    checkpoints, tasks = import_folder(folder, "greedy_lm", tmp_path, "translate", "--greedy")
-    card = (checkpoints / "greedy_lm" / "README.md").read_text()
+    checkpoints, tasks = import_folder(folder, "sampled_lm", tmp_path, "translate")
+    card = (checkpoints / "sampled_lm" / "README.md").read_text()
     assert "do_sample = True" in card and "repetition_penalty = 1.05" in card and "top_k = 20" in card
-    assert "--greedy" in (tasks / "greedy_lm.toml").read_text()
+    written = json.loads((checkpoints / "sampled_lm" / "config.json").read_text())["generation"]["sampling"]
+    assert written == {key: float(value) for key, value in sampling.items() if key != "do_sample"}
+    assert load(tasks / "sampled_lm.toml").chat.name == "sampled_lm_chat"
 
 
 @pytest.mark.export
@@ -410,6 +412,8 @@ def test_openais_client_gets_generates_tokens_streams_samples_and_errors(
             assert cut.choices[0].message.content == expected[i][: expected[i].index(" " + word)]
             assert cut.choices[0].finish_reason == "stop"
 
+            page_translates_with("tiny_qwen", f"http://127.0.0.1:{port}", texts[:2])
+
             with pytest.raises(openai.NotFoundError) as missing:
                 client.chat.completions.create(model="gpt-4o", messages=conversation(texts[0]))
             assert missing.value.body["code"] == "model_not_found"
@@ -423,3 +427,28 @@ def test_openais_client_gets_generates_tokens_streams_samples_and_errors(
             assert too_long.value.body["code"] == "context_length_exceeded"
     finally:
         server.stop()
+
+
+def page_translates_with(model: str, gateway_url: str, texts: list[str]) -> None:
+    """The gateway's page offers the served translators (here the imported one alone: the built-in `translate` is
+    defined but not served); picked, it streams that model's answer (the API's, greedy), and its sentences offer
+    no alignment (it has no explain twin)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    from tests.test_gateway_page import chromium, enter_text, options_of, post, state, text_of, wait
+
+    text = "".join(texts)
+    expected = post(f"{gateway_url}/v1/{model}", {"texts": [text], "num_beams": 1})["results"][0]
+    with chromium() as driver:
+        driver.get(gateway_url + "/")
+        wait(driver, lambda d: model in options_of(d, "translator"), f"{model} is not offered")
+        assert options_of(driver, "translator") == [model]
+        Select(driver.find_element(By.ID, "translator")).select_by_value(model)
+        enter_text(driver, text)
+        driver.find_element(By.ID, "translate").click()
+        wait(driver, lambda d: state(d) in ("done", "error"), "the translation stream never finished")
+        assert state(driver) == "done", text_of(driver, "error")
+        assert text_of(driver, "translation") == expected
+        spans = driver.find_elements(By.CSS_SELECTOR, "#translation .sentence")
+        assert len(spans) == len(texts) and not any(span.get_attribute("role") for span in spans)

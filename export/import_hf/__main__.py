@@ -1,4 +1,4 @@
-"""`python -m export.import_hf PATH --task translate|summarize|sentiment --name NAME [--int8] [--greedy]`."""
+"""`python -m export.import_hf PATH --task translate|summarize|sentiment --name NAME [--int8]`."""
 
 from __future__ import annotations
 
@@ -30,19 +30,15 @@ def main(argv: list[str] | None = None) -> int:
         ),
         epilog="\n".join(f"--task {task}: {what}" for task, what in TASKS.items())
         + f"\ndecoder-only chat models ({DECODER_ONLY}, e.g. Qwen/Qwen2.5-0.5B-Instruct): --task translate or "
-        "summarize; the prompt is the task file's [prompt], rendered with the model's chat template",
+        "summarize; the prompt is the task file's [prompt], rendered with the model's chat template; its task "
+        "endpoints decode greedily or by beam search, its chat twin (OpenAI's API) samples as its generation config "
+        "says",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("path", type=Path, help="the checkpoint folder (config.json, weights, tokenizer files)")
     parser.add_argument("--task", required=True, choices=sorted(TASKS), help="what the model does")
     parser.add_argument("--name", required=True, help="the endpoint's name: lower-case letters, digits and _")
     parser.add_argument("--int8", action="store_true", help="also write int8 graphs and serve them")
-    parser.add_argument(
-        "--greedy",
-        action="store_true",
-        help="a decoder-only model whose generation config samples (do_sample, temperature, top_p, top_k, "
-        "repetition_penalty): serve it with greedy or beam search instead; without it such a folder is refused",
-    )
     parser.add_argument("--checkpoints", type=Path, default=ROOT / "checkpoints", help="default: %(default)s")
     parser.add_argument("--tasks-dir", type=Path, default=ROOT / "tasks", help="default: %(default)s")
     args = parser.parse_args(argv)
@@ -77,7 +73,7 @@ def _run(args: argparse.Namespace) -> list[Path]:
         from export.import_hf.decoder_only import import_causal_lm
 
         return import_causal_lm(
-            args.path, args.name, args.task, args.checkpoints, args.tasks_dir, args.int8, args.greedy
+            args.path, args.name, args.task, args.checkpoints, args.tasks_dir, args.int8
         )
     if args.task == "summarize":
         raise ValueError(f"config.model_type = {model_type!r}: --task summarize imports {DECODER_ONLY}")

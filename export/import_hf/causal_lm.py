@@ -65,20 +65,19 @@ class CausalSettings:
     no_repeat_ngram_size: int
     early_stopping: bool
     rope_type: str
-    ignored: tuple[str, ...]  # generation settings left out with --greedy, named in the model card
+    ignored: tuple[str, ...]  # sampling settings the task endpoints leave out (the chat twin's), in the model card
     # The folder's sampling settings when it samples: the chat twin's defaults (the OpenAI API's, as vLLM takes a
     # model's generation config), never the task endpoints'.
     sampling: tuple[tuple[str, float], ...] = ()
 
 
-SAMPLING_FIELDS = ("do_sample", "temperature", "top_p", "top_k", "repetition_penalty")
 CONTEXT_CAP = 4096  # the positions tabulated at most: what a translation or summary prompt and its answer need
 
 
-def read_settings(config: Any, generation: Any, greedy: bool = False) -> CausalSettings:
+def read_settings(config: Any, generation: Any) -> CausalSettings:
     """The model's sizes and `generate`'s rules; raises UnsupportedCheckpoint naming the field that the graphs or
-    the engine cannot reproduce. `greedy`: serve greedy/beam search even though the folder samples (its sampling
-    settings are then listed in `ignored`)."""
+    the engine cannot reproduce. A folder that samples is served greedily or by beam search on its task endpoints
+    (its sampling settings are then listed in `ignored`) and sampled on its chat twin."""
     if config.model_type not in ARCHITECTURES:
         names = ", ".join(f"{t} ({c})" for t, c in ARCHITECTURES.items())
         raise refuse("config.model_type", config.model_type, f"decoder-only imports cover {names}")
@@ -113,23 +112,11 @@ def read_settings(config: Any, generation: Any, greedy: bool = False) -> CausalS
         "generation_config.forced_eos_token_id": (generation.forced_eos_token_id, None),
         "generation_config.bad_words_ids": (generation.bad_words_ids, None),
     }
-    sampling = {
-        "do_sample": (bool(generation.do_sample), False),
-        "repetition_penalty": (generation.repetition_penalty or 1.0, 1.0),
-    }
     ignored = []
-    for field, (value, wanted) in sampling.items():
-        if value == wanted:
-            continue
-        if not greedy:
-            raise refuse(
-                f"generation_config.{field}",
-                value,
-                "the engine decodes greedily or by beam search; --greedy serves this model that way",
-            )
-        ignored.append(f"{field} = {value!r}")
-    if greedy and generation.do_sample:
-        ignored += [f"{f} = {getattr(generation, f)!r}" for f in ("temperature", "top_p", "top_k")]
+    if generation.do_sample:
+        ignored += [f"{f} = {getattr(generation, f)!r}" for f in ("do_sample", "temperature", "top_p", "top_k")]
+    if (generation.repetition_penalty or 1.0) != 1.0:
+        ignored.append(f"repetition_penalty = {generation.repetition_penalty!r}")
     for field, (value, wanted) in checks.items():
         if value != wanted:
             raise refuse(field, value, f"the engine decodes with {wanted!r} only")
@@ -280,7 +267,7 @@ def export_step(model: nn.Module, settings: CausalSettings):
     return export_module(StepGraph(model, settings), (tokens, positions, *past), names_in, names_out, shapes)
 
 
-def load(folder: Path, greedy: bool = False) -> tuple[nn.Module, CausalSettings]:
+def load(folder: Path) -> tuple[nn.Module, CausalSettings]:
     """The model (eval mode, float32) and its settings; nothing is written."""
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
@@ -289,6 +276,6 @@ def load(folder: Path, greedy: bool = False) -> tuple[nn.Module, CausalSettings]
         generation = GenerationConfig.from_pretrained(folder)
     except OSError:  # no generation_config.json: generate's defaults from the model config
         generation = GenerationConfig.from_model_config(config)
-    settings = read_settings(config, generation, greedy)
+    settings = read_settings(config, generation)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     return model, settings

@@ -75,7 +75,6 @@ def import_causal_lm(
     checkpoints: Path,
     tasks_dir: Path,
     int8: bool = False,
-    greedy: bool = False,
     say: Progress = print,
 ) -> list[Path]:
     """Import the decoder-only folder `source` as task `name` (translate or summarize); returns the files
@@ -94,7 +93,7 @@ def import_causal_lm(
     except Exception as err:  # a template that raises for a plain user message cannot serve
         raise ValueError(f"the chat template fails on a user message: {err}") from None
     say(f"reading {source}")
-    model, settings = causal_lm.load(source, greedy)
+    model, settings = causal_lm.load(source)
 
     folder = Path(checkpoints) / name
     staging = Path(checkpoints) / f".{name}.staging"
@@ -118,7 +117,7 @@ def import_causal_lm(
     staging.rename(folder)
     definition = Path(tasks_dir) / f"{name}.toml"
     definition.parent.mkdir(parents=True, exist_ok=True)
-    definition.write_text(task_definition(source, name, task, settings, int8, greedy), encoding="utf-8")
+    definition.write_text(task_definition(source, name, task, settings, int8), encoding="utf-8")
     written = [folder / path.relative_to(staging) for path in graphs]
     return [*written, *(folder / f for f in (*ASSETS, "README.md")), definition]
 
@@ -197,7 +196,7 @@ def check_against_generate(model: Any, folder: Path, config: dict, template: str
     eos = {config["generation"]["eos_id"], *config["generation"]["other_eos_ids"]}
     with torch.no_grad():
         for ids, answer in zip(prompts, ours):
-            out = model.generate(  # greedy as served: with --greedy the folder's sampling settings are left out
+            out = model.generate(  # greedy as the task endpoints decode: the folder's sampling is the chat twin's
                 torch.tensor([ids]), max_new_tokens=CHECKED_TOKENS, do_sample=False, num_beams=1,
                 repetition_penalty=1.0, eos_token_id=sorted(eos), pad_token_id=sorted(eos)[0],
             )  # fmt: skip
@@ -210,11 +209,11 @@ def check_against_generate(model: Any, folder: Path, config: dict, template: str
 
 
 def task_definition(
-    source: Path, name: str, task: str, settings: causal_lm.CausalSettings, int8: bool, greedy: bool
+    source: Path, name: str, task: str, settings: causal_lm.CausalSettings, int8: bool
 ) -> str:
     """The task's definition (tasks/definition.py): the decoding defaults are the folder's generation config's,
     the prompt the task's default instruction."""
-    flags = (" --int8" if int8 else "") + (" --greedy" if greedy else "")
+    flags = " --int8" if int8 else ""
     architecture = causal_lm.ARCHITECTURES[settings.model_type]
     endpoint = task_file.engine_endpoint(f"serving.frontends.chat_front:{FRONTS[task]}", int8)
     chat = task_file.engine_endpoint("serving.frontends.chat_front:ChatCompletions", int8)
@@ -275,8 +274,8 @@ folder's: read its model card for what it was trained on and the terms of its us
 - {settings.layers} layers, hidden {settings.hidden}, {settings.heads} query heads and {settings.kv_heads} key/value \
 heads of {settings.head_dim}, vocabulary {settings.vocab_size:,}, rotary `{settings.rope_type}`
 - served context: {settings.context:,} tokens (prompt and answer)
-- decoding: {settings.num_beams} beams, ends at token ids {list(settings.eos_ids)}; left out of its generation config \
-(--greedy): {ignored}
+- decoding (the task endpoints): {settings.num_beams} beams, ends at token ids {list(settings.eos_ids)}; left out of \
+its generation config: {ignored}
 - chat twin (`{name}_chat`, the OpenAI API's): samples by default with {dict(settings.sampling)}
 - graphs: prefill.onnx, decoder.onnx (tasks/generation_contract.py){", and their int8 twins" if int8 else ""}
 """

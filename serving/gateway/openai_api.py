@@ -1,5 +1,5 @@
 """OpenAI's API for the chat models (an imported decoder-only model's `<task>_chat` twin), as vLLM, llama.cpp's
-server and OpenVINO Model Server speak it, so that `openai.OpenAI(base_url="http://127.0.0.1:8080/v1")` works:
+server and OpenVINO Model Server speak it, so that `openai.OpenAI(base_url="http://127.0.0.1:5000/v1")` works:
 
 - ``GET /v1/models``: the chat models, by task name (what `model` names);
 - ``POST /v1/chat/completions``: `messages` rendered with the model's chat template;

@@ -13,6 +13,7 @@ OpenAPI schema (``/openapi.json``) shows them.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any, Literal
@@ -129,13 +130,19 @@ def _event(data: dict[str, Any], name: str | None = None) -> bytes:
 
 
 async def tasks(request: Request) -> Response:
-    """The tasks, their options, and which stream or explain."""
+    """The tasks, what they answer, whether the server has them ready, their options, and which stream, explain
+    or chat."""
+    defined = list(registry().values())
+    ready = await asyncio.gather(*(state_of(request).triton.client.is_ready(task.name) for task in defined))
     return JSONResponse(
         [
             {
                 "name": task.name,
+                "ready": up,
                 "summary": task.summary,
+                "output": task.endpoint.outputs[0].name,  # what it answers: TRANSLATION, SUMMARY, ...
                 "stream": task.stream is not None,
+                "chat": task.chat is not None,
                 "explain": task.explain is not None and task.name in EXPLAINED,
                 "options": [
                     {
@@ -147,7 +154,7 @@ async def tasks(request: Request) -> Response:
                     for o in task.options
                 ],  # fmt: skip
             }
-            for task in registry().values()
+            for task, up in zip(defined, ready)
         ]
     )
 

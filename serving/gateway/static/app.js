@@ -1,5 +1,6 @@
 // The gateway's page: translation streamed as server-sent events, sentiment and summary beside it, and the
-// cross-attention of one sentence as a heatmap. Plain JavaScript, nothing loaded from elsewhere.
+// cross-attention of one sentence as a heatmap; the translator and the summarizer are picked among the served
+// tasks (/v1/tasks). Plain JavaScript, nothing loaded from elsewhere.
 "use strict";
 
 (() => {
@@ -11,6 +12,8 @@
   const source = $("source");
   const count = $("count");
   const beams = $("beams");
+  const translator = $("translator");
+  const summarizer = $("summarizer");
   const apiKey = $("api-key");
   const errorBox = $("error");
   const translation = $("translation");
@@ -180,6 +183,7 @@
   let run = null; // the AbortController of the texts being worked on; a new submit aborts the last
   let sources = []; // source sentence i of the current translation
   let explaining = null; // the AbortController of the alignment being fetched
+  const explainable = new Set(["translate"]); // translators with an explain twin (filled from /v1/tasks)
 
   async function translate(text, numBeams, signal) {
     translation.dataset.state = "streaming";
@@ -189,20 +193,20 @@
     const spans = [];
     let started = false;
     let finished = 0;
+    const model = translator.value;
+    const clickable = explainable.has(model);
     const sentenceSpan = (i) => {
       if (!spans[i]) {
         if (!started) {
           translation.replaceChildren();
           started = true;
         }
-        const span = element("span", {
-          className: "sentence pending",
-          "data-index": String(i),
-          role: "button",
-          tabindex: "0",
-          title: sources[i] ?? "",
-          "aria-label": `sentence ${i + 1}: show its alignment`,
-        });
+        const attributes = { className: "sentence pending", "data-index": String(i), title: sources[i] ?? "" };
+        if (clickable) {
+          const label = `sentence ${i + 1}: show its alignment`;
+          Object.assign(attributes, { role: "button", tabindex: "0", "aria-label": label });
+        }
+        const span = element("span", attributes);
         span.lang = "en";
         spans[i] = span;
         translation.append(span);
@@ -217,7 +221,7 @@
       }
     };
     try {
-      const response = await send("/v1/translate/stream", { text, num_beams: numBeams }, signal);
+      const response = await send(`/v1/${encodeURIComponent(model)}/stream`, { text, num_beams: numBeams }, signal);
       if (!response.ok) throw new Error(await failure(response));
       let ended = false;
       for await (const { event, data } of serverSentEvents(response)) {
@@ -298,7 +302,7 @@
     busy(summary, true);
     placeholder(summary, "Summarizing…");
     try {
-      const { results } = await postJSON("/v1/summarize", { texts: [text] }, signal);
+      const { results } = await postJSON(`/v1/${encodeURIComponent(summarizer.value)}`, { texts: [text] }, signal);
       summary.replaceChildren(element("p", { className: "summary-text", text: results[0] || "(empty)" }));
     } catch (error) {
       if (isAbort(error)) return;
@@ -341,7 +345,7 @@
 
   async function explain(index, span) {
     const text = sources[index];
-    if (!text) return;
+    if (!text || !explainable.has(translator.value)) return;
     explaining?.abort();
     explaining = new AbortController();
     const { signal } = explaining;
@@ -357,7 +361,7 @@
     busy(alignment, true);
     alignmentBody.replaceChildren(element("p", { className: "empty", text: `Reading the attention for ${text}…` }));
     try {
-      const answer = await postJSON("/v1/explain/translate", { text }, signal);
+      const answer = await postJSON(`/v1/explain/${encodeURIComponent(translator.value)}`, { text }, signal);
       alignmentBody.replaceChildren(...heatmap(text, answer));
     } catch (error) {
       if (isAbort(error)) return;
@@ -439,6 +443,31 @@
     return [title, legend, grid];
   }
 
+  // ---- the models to pick: every served task that answers TRANSLATION (and streams) or SUMMARY -------------
+
+  async function listModels() {
+    let tasks;
+    try {
+      const response = await fetch("/v1/tasks", { headers: headers() });
+      if (!response.ok) return; // the built-in models stay the choice
+      tasks = await response.json();
+    } catch {
+      return;
+    }
+    const fill = (select, wanted, usable) => {
+      const served = tasks.filter((task) => task.ready && task.output === wanted && usable(task));
+      const names = served.map((task) => task.name);
+      if (names.length === 0) return;
+      const chosen = names.includes(select.value) ? select.value : names[0];
+      select.replaceChildren(...names.map((name) => element("option", { value: name, text: name })));
+      select.value = chosen;
+    };
+    fill(translator, "TRANSLATION", (task) => task.stream);
+    fill(summarizer, "SUMMARY", () => true);
+    explainable.clear();
+    for (const task of tasks) if (task.explain) explainable.add(task.name);
+  }
+
   // ---- wiring ----------------------------------------------------------------------------------------------
 
   function updateCount() {
@@ -475,4 +504,5 @@
     showError("Unexpected", describe(event.reason));
   });
   updateCount();
+  listModels();
 })();
