@@ -565,3 +565,15 @@ def test_the_swarm_table_is_what_the_committed_swarm_run_gives():
     assert "| a replica killed | 2 |" in lines and "| 3 | 12.5 s |" in lines and "`ClientError: x`" in lines
     with pytest.raises(ValueError, match="lacks phases"):
         swarm_table.table({key: value for key, value in result.items() if key != "phases"})
+
+
+def test_graph_memory_reports_each_processes_share_of_the_built_in_translator():
+    """benchmarks.graph_memory on the built-in translator's step graphs: two processes, each with its resident,
+    proportional and anonymous memory, and without prepacking the weights it packs no copy of (less anonymous)."""
+    from benchmarks.graph_memory import measure
+
+    folder = REPOSITORY / "translate" / "1"
+    packed, mapped = (measure(folder, 2, "fp32", prepack) for prepack in (True, False))
+    assert packed["processes"] == 2 and len(packed["rss_mb"]) == 2 and all(d > 0 for d in packed["decode_s"])
+    assert 0 < packed["pss_mb_total"] <= sum(packed["rss_mb"])
+    assert sum(mapped["anonymous_mb"]) < sum(packed["anonymous_mb"])
