@@ -95,3 +95,13 @@ def test_no_keys_on_a_public_address_is_refused(capsys, monkeypatch):
     monkeypatch.delenv("ROPESERVE_GATEWAY_OPEN_WITHOUT_KEYS", raising=False)
     assert gateway_main(["--host", "0.0.0.0", "--port", "1"]) == 2
     assert "without API keys" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("translator", "named"),
+    [("sentiment", "answers LABEL, not TRANSLATION"), ("summarize", "answers SUMMARY"), ("nope", "task must be")],
+)
+def test_a_translator_that_is_no_translator_is_refused_at_start(capsys, monkeypatch, translator, named):
+    monkeypatch.delenv("ROPESERVE_GATEWAY_KEYS", raising=False)
+    assert gateway_main(["--port", "1", "--translator", translator]) == 2
+    assert f"--translator {translator}:" in (err := capsys.readouterr().err) and named in err

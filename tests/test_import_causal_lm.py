@@ -350,7 +350,7 @@ def test_openais_client_gets_generates_tokens_streams_samples_and_errors(
                                           metrics_port=metrics))  # fmt: skip
     server.start()
     try:
-        with Gateway(GatewayOptions(triton_grpc=server.grpc_url, port=port)):
+        with Gateway(GatewayOptions(triton_grpc=server.grpc_url, port=port, translator="tiny_qwen")):
             client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
             assert [model.id for model in client.models.list()] == ["tiny_qwen"]
 
@@ -413,6 +413,7 @@ def test_openais_client_gets_generates_tokens_streams_samples_and_errors(
             assert cut.choices[0].finish_reason == "stop"
 
             page_translates_with("tiny_qwen", f"http://127.0.0.1:{port}", texts[:2])
+            deepl_and_libretranslate_translate_with("tiny_qwen", f"http://127.0.0.1:{port}", texts[2:5])
 
             with pytest.raises(openai.NotFoundError) as missing:
                 client.chat.completions.create(model="gpt-4o", messages=conversation(texts[0]))
@@ -452,3 +453,18 @@ def page_translates_with(model: str, gateway_url: str, texts: list[str]) -> None
         assert text_of(driver, "translation") == expected
         spans = driver.find_elements(By.CSS_SELECTOR, "#translation .sentence")
         assert len(spans) == len(texts) and not any(span.get_attribute("role") for span in spans)
+
+
+def deepl_and_libretranslate_translate_with(model: str, gateway_url: str, texts: list[str]) -> None:
+    """With `--translator`, DeepL's and LibreTranslate's APIs answer with that model's translations."""
+    import urllib.parse
+    import urllib.request
+
+    from tests.test_gateway_page import post
+
+    expected = post(f"{gateway_url}/v1/{model}", {"texts": texts})["results"]
+    form = urllib.parse.urlencode([("target_lang", "EN-US"), *(("text", text) for text in texts)]).encode()
+    with urllib.request.urlopen(urllib.request.Request(f"{gateway_url}/v2/translate", data=form), timeout=60) as got:
+        assert [t["text"] for t in json.loads(got.read())["translations"]] == expected
+    libre = post(f"{gateway_url}/translate", {"q": texts, "source": "zh", "target": "en"})
+    assert libre["translatedText"] == expected

@@ -72,9 +72,7 @@ def _run(args: argparse.Namespace) -> list[Path]:
             )
         from export.import_hf.decoder_only import import_causal_lm
 
-        return import_causal_lm(
-            args.path, args.name, args.task, args.checkpoints, args.tasks_dir, args.int8
-        )
+        return import_causal_lm(args.path, args.name, args.task, args.checkpoints, args.tasks_dir, args.int8)
     if args.task == "summarize":
         raise ValueError(f"config.model_type = {model_type!r}: --task summarize imports {DECODER_ONLY}")
     if args.task == "translate":

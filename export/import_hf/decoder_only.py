@@ -208,9 +208,7 @@ def check_against_generate(model: Any, folder: Path, config: dict, template: str
                 )
 
 
-def task_definition(
-    source: Path, name: str, task: str, settings: causal_lm.CausalSettings, int8: bool
-) -> str:
+def task_definition(source: Path, name: str, task: str, settings: causal_lm.CausalSettings, int8: bool) -> str:
     """The task's definition (tasks/definition.py): the decoding defaults are the folder's generation config's,
     the prompt the task's default instruction."""
     flags = " --int8" if int8 else ""

@@ -415,17 +415,17 @@ class FrontModel:
         """Every request read and validated once, then answered in its group (:meth:`run_group`) or taken on
         (:meth:`submit`): each request's response, or None for those taken on."""
         responses: list[Any] = [None] * len(requests)
-        groups: dict[Any, list[ParsedRequest]] = {}
+        groups: dict[Any, list[ParsedRequest]] = {}  # options -> the requests that share them
         self.metrics.requests(len(requests))
         accepted = 0
         for i, request in enumerate(requests):
             try:
-                job = ParsedRequest(i, *self.read_request(request))
-                if self.runs_as_group(job.options):
-                    groups.setdefault(job.options, []).append(job)
+                parsed = ParsedRequest(i, *self.read_request(request))
+                if self.runs_as_group(parsed.options):
+                    groups.setdefault(parsed.options, []).append(parsed)
                 else:
-                    self.submit(request, job.texts, job.options)
-                accepted += len(job.texts)
+                    self.submit(request, parsed.texts, parsed.options)
+                accepted += len(parsed.texts)
             except InputError as err:
                 responses[i] = self.error_response(str(err))
                 self.metrics.rejected(err.reason)
@@ -434,24 +434,24 @@ class FrontModel:
                 responses[i] = self.pb.InferenceResponse(error=error)
                 self.metrics.rejected("overloaded")
         self.metrics.batch(accepted)
-        for options, jobs in groups.items():
-            texts = [t for job in jobs for t in job.texts]
+        for options, members in groups.items():
+            texts = [t for parsed in members for t in parsed.texts]
             try:
                 results = self.run_group(texts, options)
             except InputError as err:  # a group-level problem: tell each request of the group
-                for job in jobs:
-                    responses[job.index] = self.error_response(str(err))
+                for parsed in members:
+                    responses[parsed.index] = self.error_response(str(err))
                     self.metrics.rejected(err.reason)
                 continue
             except Exception as err:  # noqa: BLE001 - a server fault must answer, not hang the client
-                for job in jobs:
-                    responses[job.index] = self.internal_error_response(err)
+                for parsed in members:
+                    responses[parsed.index] = self.internal_error_response(err)
                 continue
             start = 0
-            for job in jobs:
-                rows = results[start : start + len(job.texts)]
-                start += len(job.texts)
-                responses[job.index] = self.ok_response(rows)
+            for parsed in members:
+                rows = results[start : start + len(parsed.texts)]
+                start += len(parsed.texts)
+                responses[parsed.index] = self.ok_response(rows)
         return responses
 
     def ok_response(self, rows: list[tuple]) -> Any:

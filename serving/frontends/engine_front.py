@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from tokenizers import Tokenizer
@@ -153,7 +153,7 @@ class EngineFront(FrontModel):
             with self._live_lock:
                 self._live.discard(reply)
         first, reply.started = not reply.started, True
-        self._responses.append((reply.sender, pieces, final, first, error, dict(extra or {})))
+        self._responses.append(Outgoing(reply.sender, pieces, final, first, error, dict(extra or {})))
 
     def _report_metrics(self) -> None:
         """The engine's gauges and counters, twice a second (what a step counts is summed here, not per step)."""
@@ -245,9 +245,18 @@ class EngineFront(FrontModel):
         sender.send(self.pb.InferenceResponse(output_tensors=tensors), flags=flags)
 
 
-# sender, pieces, final, first, error, the other outputs
-Outgoing = tuple[Any, Sequence[str], bool, bool, "str | None", dict[str, Any]]
-Coalesced = tuple[Any, list[str], bool, "str | None", dict[str, Any]]
+class Outgoing(NamedTuple):
+    """A response a delivery made, waiting for the end of the messenger's round."""
+
+    sender: Any
+    pieces: Sequence[str]  # one per text of the request
+    final: bool
+    first: bool  # the request's first response
+    error: str | None  # instead of the pieces: the request failed
+    extra: dict[str, Any]  # the endpoint's other outputs, one value each
+
+
+Coalesced = tuple[Any, list[str], bool, "str | None", dict[str, Any]]  # sender, pieces, final, error, extra
 
 
 def _coalesce(items: list[Outgoing]) -> list[Coalesced]:

@@ -57,6 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=_env("TIMEOUT", "60"), help="seconds to wait for Triton per request"
     )
     parser.add_argument(
+        "--translator",
+        default=_env("TRANSLATOR", "translate"),
+        help="the task DeepL's and LibreTranslate's APIs translate Chinese to English with: the built-in "
+        "translate, or one imported with python -m export.import_hf [ROPESERVE_GATEWAY_TRANSLATOR]",
+    )
+    parser.add_argument(
         "--hash-key", action="store_true", help="read a key from stdin, print the sha256 the keys file wants, exit"
     )
     return parser
@@ -93,12 +99,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     import uvicorn
 
     from .app import GatewaySettings, build_app
+    from .service import TranslatorError, check_translator
 
-    settings = GatewaySettings(triton_url=args.triton, timeout_s=args.timeout, usage_file=args.usage_file)
+    try:
+        check_translator(args.translator)
+    except TranslatorError as error:
+        print(f"ropeserve gateway: --translator {args.translator}: {error}", file=sys.stderr)
+        return 2
+    settings = GatewaySettings(
+        triton_url=args.triton, timeout_s=args.timeout, usage_file=args.usage_file, translator=args.translator
+    )
     app = build_app(settings, keys)
     print(
-        f"ropeserve gateway: starting on http://{args.host}:{args.port}  (DeepL /v2, LibreTranslate /translate, "
-        f"/v1, page /; {'no keys' if keys.open else f'{len(keys.accounts())} keys'})",
+        f"ropeserve gateway: starting on http://{args.host}:{args.port}  (DeepL /v2, LibreTranslate /translate "
+        f"with {args.translator}, /v1, page /; {'no keys' if keys.open else f'{len(keys.accounts())} keys'})",
         file=sys.stderr,
         flush=True,
     )

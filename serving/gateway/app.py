@@ -41,6 +41,7 @@ class GatewaySettings:
     keys_file: Path | None = None
     usage_file: Path | None = None
     max_body_bytes: int = MAX_BODY_BYTES
+    translator: str = "translate"  # the task behind DeepL's and LibreTranslate's APIs
 
 
 class BodyLimit:
@@ -88,7 +89,7 @@ def build_app(settings: GatewaySettings, keys: Keys | None = None) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        state = GatewayState(keys, Triton(settings.triton_url, settings.timeout_s), metrics)
+        state = GatewayState(keys, Triton(settings.triton_url, settings.timeout_s, settings.translator), metrics)
         app.state.gateway = state
         saver = asyncio.ensure_future(_save_usage_every(keys, USAGE_SAVE_INTERVAL_S))
         try:

@@ -16,11 +16,10 @@ from starlette.routing import Route
 
 from . import html_text
 from .errors import GatewayError
-from .fields import Fields, flag_field, read_fields, texts_field
+from .fields import MAX_TEXTS, Fields, flag_field, read_fields, texts_field
 from .gateway_state import state_of
 from .keys import UNLIMITED_CHARACTERS
 
-MAX_TEXTS = 50  # DeepL's limit per request
 SOURCE_LANGUAGES = [{"language": "ZH", "name": "Chinese"}]
 TARGET_LANGUAGES = [
     {"language": "EN-GB", "name": "English (British)", "supports_formality": False},

@@ -11,6 +11,8 @@ from starlette.requests import Request
 
 from .errors import GatewayError
 
+MAX_TEXTS = 50  # texts per request: DeepL's limit, which LibreTranslate's and the /v1 routes keep too
+
 Fields = Mapping[str, Any]  # a field's value: a str, or a list of str for a repeated form field / JSON array
 
 

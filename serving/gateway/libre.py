@@ -11,11 +11,10 @@ from starlette.routing import Route
 
 from . import html_text
 from .errors import GatewayError
-from .fields import count_field, read_fields, texts_field
+from .fields import MAX_TEXTS, count_field, read_fields, texts_field
 from .gateway_state import state_of
 from .service import detect_language
 
-MAX_TEXTS = 50
 LANGUAGES = [
     {"code": "en", "name": "English", "targets": []},
     {"code": "zh", "name": "Chinese", "targets": ["en"]},

@@ -27,9 +27,9 @@ from clients.explain import DECODERS as EXPLAINED
 from clients.task_definitions import Option, Task, registry
 
 from .errors import GatewayError
+from .fields import MAX_TEXTS
 from .gateway_state import state_of
 
-MAX_TEXTS = 50
 MAX_TEXT_CHARACTERS = 10_000
 
 

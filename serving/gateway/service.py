@@ -28,10 +28,30 @@ COALESCE_IN_FLIGHT = 4
 STREAM_SENTENCES_IN_FLIGHT = 8
 
 
-class Triton:
-    """The models behind the gateway, reached over gRPC. One per app; `close` it at shutdown."""
+class TranslatorError(ValueError):
+    """A task that cannot stand behind DeepL's and LibreTranslate's APIs."""
 
-    def __init__(self, url: str, timeout_s: float) -> None:
+
+def check_translator(task: str) -> None:
+    """`task` exists and answers TRANSLATION for each text (the built-in translate's contract); else
+    TranslatorError says why."""
+    try:
+        definition = get_task(task)
+    except ValueError as error:
+        raise TranslatorError(str(error)) from None
+    answers = definition.endpoint.outputs[0].name
+    if answers != "TRANSLATION" or len(definition.endpoint.outputs) != 1:
+        raise TranslatorError(f"{task} answers {answers}, not TRANSLATION: it is not a translator")
+    if not any(option.keyword == "split_sentences" for option in definition.options):
+        raise TranslatorError(f"{task} has no split_sentences option, which DeepL's API sets")
+
+
+class Triton:
+    """The models behind the gateway, reached over gRPC. One per app; `close` it at shutdown. `translator`: the
+    task DeepL's and LibreTranslate's APIs call."""
+
+    def __init__(self, url: str, timeout_s: float, translator: str = "translate") -> None:
+        self.translator = translator
         # Two tries: a restarting server is bridged, an overloaded one answers the client quickly with 503.
         self.client = AsyncClient(url, protocol="grpc", timeout_s=timeout_s, retry=RetryPolicy(max_attempts=2))
         self._coalescers: dict[tuple[str, tuple[tuple[str, Any], ...]], Coalescer] = {}
@@ -55,11 +75,12 @@ class Triton:
             raise from_client_error(error) from None
 
     async def translate(self, texts: Sequence[str], options: Options, html: bool = False) -> list[str]:
+        """The translator's answers (DeepL's and LibreTranslate's routes)."""
         if not html:
-            return await self.answers("translate", texts, options)
+            return await self.answers(self.translator, texts, options)
 
         async def runs(pieces: Sequence[str]) -> list[str]:
-            return await self.answers("translate", pieces, options)
+            return await self.answers(self.translator, pieces, options)
 
         return list(await asyncio.gather(*(translate_html(text, runs) for text in texts)))
 

@@ -31,6 +31,7 @@ class GatewayOptions:
     keys_file: Path | None = None
     usage_file: Path | None = None
     open_without_keys: bool = False
+    translator: str = ""  # the task behind DeepL's and LibreTranslate's APIs ("": the gateway's default)
     ready_timeout_s: float = 30.0
     env: dict[str, str] = field(default_factory=dict)
 
@@ -52,6 +53,8 @@ class GatewayOptions:
             command += ["--usage-file", str(self.usage_file)]
         if self.open_without_keys:
             command.append("--open-without-keys")
+        if self.translator:
+            command += ["--translator", self.translator]
         return command
 
 
