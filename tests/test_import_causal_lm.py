@@ -387,8 +387,8 @@ def test_openais_client_gets_generates_tokens_streams_samples_and_errors(
             )
             assert raw.choices[0].text == expected[0] and raw.usage.prompt_tokens == len(ids[0])
 
-            def sampled(seed: int, text: str) -> str:
-                return ask_with(text, temperature=1.0, top_p=0.95, seed=seed, extra_body={"top_k": 40})
+            def sampled(seed: int, text: str) -> str:  # flat enough that a tiny trained model's draws vary
+                return ask_with(text, temperature=2.0, seed=seed, extra_body={"top_k": 0})
 
             def ask_with(text: str, **settings) -> str:
                 completion = client.chat.completions.create(
