@@ -35,9 +35,7 @@ def rollup() -> dict[str, float]:
 
 def worker(folder: str, precision: str, prepack: bool, results: Any, done: Any) -> None:
     import serving.providers as providers
-    from serving.engine.config import EngineConfig
     from serving.engine.engine import Engine, Job
-    from tasks import generation_contract as contract
 
     if not prepack:
         session = providers.inference_session
@@ -47,11 +45,8 @@ def worker(folder: str, precision: str, prepack: bool, results: Any, done: Any) 
             return session(path, options)
 
         providers.inference_session = unpacked  # type: ignore[assignment]
-    checkpoint = Path(folder)
-    config = json.loads((checkpoint / "config.json").read_text(encoding="utf-8"))
-    first, step = contract.graph_files(precision, bool(config.get("decoder_only")))
     started = time.perf_counter()
-    engine = Engine(checkpoint / first, checkpoint / step, EngineConfig.from_dict(config), 2)
+    engine = Engine.load(Path(folder), precision, threads=2)
     loaded = time.perf_counter() - started
     sources = [[100 + i + j for j in range(PROMPT_TOKENS)] for i in range(PROMPTS)]
     started = time.perf_counter()

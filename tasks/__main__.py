@@ -75,7 +75,7 @@ def generation_problems(task: Task, repository: Path) -> list[str]:
     problems = []
     for endpoint in task.endpoints():
         folder = repository / endpoint.name / "1"
-        if not (folder / contract.graph_files(endpoint.precision)[1]).is_file():
+        if not (folder / contract.graph_files(endpoint.precision)[-1]).is_file():
             continue  # not a generation engine's folder, or not built
         problems += contract.check_graphs(folder, endpoint.precision)
         beams = next((option for option in task.options if option.keyword == "num_beams"), None)

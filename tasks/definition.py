@@ -141,6 +141,12 @@ class EngineSettings:
     interactive_sentences: int = 4
     bulk_rows_beside_interactive: int = 8
     interactive_hold_s: float = 0.5
+    # A decoder-only model's prompts (serving/engine/prefill.py): each engine step reads at most this many prompt
+    # tokens beside the running rows' decode step, so a long prompt is read over several steps and the running
+    # streams keep their pace; the keys of shared prompt prefixes (a task's instruction, a system message) are
+    # kept for reuse up to prefix_cache_mib MiB (0: none kept).
+    prefill_chunk_tokens: int = 128
+    prefix_cache_mib: int = 256
 
 
 @dataclass(frozen=True)
@@ -419,6 +425,9 @@ def _loadtest(r: _Reader) -> LoadTexts:
     )
 
 
+MAY_BE_ZERO = ("prefix_cache_mib",)  # [engine] settings whose 0 turns something off
+
+
 def _engine(r: _Reader) -> EngineSettings:
     defaults = EngineSettings()
     known = [f.name for f in fields(EngineSettings)]
@@ -427,8 +436,8 @@ def _engine(r: _Reader) -> EngineSettings:
     for key in known:
         default = getattr(defaults, key)
         value = r.get(key, (int, float) if isinstance(default, float) else int, default)
-        if value <= 0:
-            raise r.fail(key, f"must be positive, got {value!r}")
+        if value < 0 or (value == 0 and key not in MAY_BE_ZERO):
+            raise r.fail(key, f"must be {'at least 0' if key in MAY_BE_ZERO else 'positive'}, got {value!r}")
         values[key] = type(default)(value)
     settings = EngineSettings(**values)
     if settings.max_queued_rows < settings.max_rows:

@@ -1,4 +1,4 @@
-"""The generation model contract: the two graphs a translation or summarization model hands the engine.
+"""The generation model contract: the graphs a translation or summarization model hands the engine.
 
 Written once, here, and read by both sides: the exporters write graphs to it (export/graphs/step_export.py for our
 own checkpoints, export/import_hf/ for Hugging Face ones) and the continuous-batching engine (serving/engine/) runs
@@ -22,19 +22,19 @@ decoder step (``decoder.onnx``)
              key and value at column positions[r]. The engine binds each present to its past's memory, so the
              graph must write in place (com.microsoft::GroupQueryAttention does).
 
-A decoder-only model (a causal LM: Qwen2, Llama) hands the engine a prefill graph instead of the encoder, and a
-decoder step without cross-attention:
+A decoder-only model (a causal LM: Qwen2, Llama) hands the engine the decoder step alone, without
+cross-attention, which reads its prompt too, a chunk at a time:
 
-prefill (``prefill.onnx``)
-    inputs   input_ids int32 [B, S]: a prompt's tokens but its last, right-padded with 0; attention_mask int32
-             [B, S] (1 = token)
-    outputs  present_{key,value}_self_i float32 [B, Hkv, S, Dh]: each layer's keys and values of those tokens
-             (Hkv: the model's key/value heads, grouped as it groups them), which the engine copies into the
-             cache rows of the prompt's beams; what lies beyond a row's length is never read.
-decoder step (``decoder.onnx``)
-    inputs   input_ids, positions and past_{key,value}_self_i as above (no cross_mask, no cross pairs): the
-             first step feeds the prompt's last token at position len(prompt) - 1.
-    outputs  as above.
+decoder step (``decoder.onnx``, no ``encoder.onnx`` beside it)
+    inputs   input_ids int32 [R, S]: S ≥ 1 new tokens per row, at positions positions[r] .. positions[r] + S - 1,
+             and past_{key,value}_self_i float32 [R, Hkv, C, Dh] as above (no cross_mask, no cross pairs; Hkv: the
+             model's key/value heads, grouped as it groups them). A prompt is fed in chunks of S tokens, one row
+             per call while its cache holds keys (ONNX Runtime's GroupQueryAttention continues a cache with
+             several tokens for one row at a time); a row with fewer new tokens than S is right-padded, and its
+             padding's keys, written after its own, are overwritten by its next call or never read. Decoding
+             feeds one token per row, every row at once.
+    outputs  as above, the log-probabilities of each row's last column (a decode step's token; a chunk's are
+             not read).
 
 Beam search over k beams reads each row's 2·k best tokens, so the graphs' TOP_K bounds the beams: MAX_BEAMS.
 """
@@ -48,8 +48,8 @@ from typing import Any
 MAX_BEAMS = 8
 TOP_K = 2 * MAX_BEAMS  # a beam search of k beams reads 2·k candidates per row
 
-ENCODER_FILE, DECODER_FILE, PREFILL_FILE = "encoder.onnx", "decoder.onnx", "prefill.onnx"
-INT8_FILES = {ENCODER_FILE: "encoder.int8.onnx", DECODER_FILE: "decoder.int8.onnx", PREFILL_FILE: "prefill.int8.onnx"}
+ENCODER_FILE, DECODER_FILE = "encoder.onnx", "decoder.onnx"
+INT8_FILES = {ENCODER_FILE: "encoder.int8.onnx", DECODER_FILE: "decoder.int8.onnx"}
 
 INPUT_IDS, ATTENTION_MASK = "input_ids", "attention_mask"
 POSITIONS, CROSS_MASK = "positions", "cross_mask"
@@ -59,20 +59,21 @@ LOG_PROBS, TOP_LOG_PROBS, TOP_IDS = "log_probs", "top_log_probs", "top_ids"
 INT32, INT64, FLOAT = 6, 7, 1
 
 
-def graph_files(precision: str = "fp32", decoder_only: bool = False) -> tuple[str, str]:
-    """The file names of the graph that reads the source (the encoder, or a decoder-only model's prefill) and of
-    the decoder step, for a precision ("fp32" or "int8")."""
-    first = PREFILL_FILE if decoder_only else ENCODER_FILE
+def graph_files(precision: str = "fp32", decoder_only: bool = False) -> tuple[str, ...]:
+    """The file names of the graphs for a precision ("fp32" or "int8"): the encoder's and the decoder step's, or
+    a decoder-only model's step alone. The step is always last."""
+    names = (DECODER_FILE,) if decoder_only else (ENCODER_FILE, DECODER_FILE)
     if precision == "int8":
-        return INT8_FILES[first], INT8_FILES[DECODER_FILE]
+        return tuple(INT8_FILES[name] for name in names)
     if precision == "fp32":
-        return first, DECODER_FILE
+        return names
     raise ValueError(f"precision must be fp32 or int8, got {precision!r}")
 
 
 def is_decoder_only(folder: Path) -> bool:
-    """Whether the graphs in `folder` are a decoder-only model's (a prefill graph, fp32 or int8, beside the step)."""
-    return any((Path(folder) / name).is_file() for name in (PREFILL_FILE, INT8_FILES[PREFILL_FILE]))
+    """Whether the graphs in `folder` are a decoder-only model's: a decoder step (fp32 or int8) and no encoder."""
+    has = [(Path(folder) / name).is_file() for name in (ENCODER_FILE, INT8_FILES[ENCODER_FILE])]
+    return not any(has) and any((Path(folder) / name).is_file() for name in (DECODER_FILE, INT8_FILES[DECODER_FILE]))
 
 
 def cross_names(n_pairs: int) -> list[str]:
@@ -94,10 +95,6 @@ def decoder_inputs(n_layers: int, n_cross: int) -> list[str]:
     if n_cross == 0:
         return [INPUT_IDS, POSITIONS, *self_cache_names("past", n_layers)]
     return [INPUT_IDS, POSITIONS, CROSS_MASK, *self_cache_names("past", n_layers), *cross_names(n_cross)]
-
-
-def prefill_outputs(n_layers: int) -> list[str]:
-    return self_cache_names("present", n_layers)
 
 
 def decoder_outputs(n_layers: int) -> list[str]:
@@ -154,7 +151,8 @@ def check_graphs(folder: Path, precision: str = "fp32") -> list[str]:
     problems = []
     shapes = {}
     decoder_only = is_decoder_only(folder)
-    for role, name in zip(("encoder", "decoder"), graph_files(precision, decoder_only)):
+    roles = ("decoder",) if decoder_only else ("encoder", "decoder")
+    for role, name in zip(roles, graph_files(precision, decoder_only)):
         path = Path(folder) / name
         if not path.is_file():
             problems.append(f"{path} is missing")
@@ -167,22 +165,28 @@ def check_graphs(folder: Path, precision: str = "fp32") -> list[str]:
         )
     if problems:
         return problems
-    (enc_in, enc_out), (dec_in, dec_out) = shapes["encoder"], shapes["decoder"]
+    dec_in, dec_out = shapes["decoder"]
     where = f"{folder}"
     try:
         found = layout({k: d for k, (_, d) in dec_in.items()}, {k: d for k, (_, d) in dec_out.items()})
     except ValueError as err:
         return [f"{where}: {err}"]
-    first = "prefill" if decoder_only else "encoder"
     if decoder_only != found.decoder_only:
-        problems.append(f"{where}: a {first} graph with a decoder of {found.n_cross} cross-attention pairs")
-    if list(enc_in) != encoder_inputs():
-        problems.append(f"{where}: {first} inputs are {list(enc_in)}; the contract wants {encoder_inputs()}")
-    wanted = prefill_outputs(found.n_layers) if decoder_only else cross_names(found.n_cross)
-    if list(enc_out) != wanted:
-        problems.append(f"{where}: {first} outputs are {list(enc_out)}; the decoder reads {wanted}")
-    types = {INPUT_IDS: INT32, ATTENTION_MASK: INT32}
-    problems += _typed(where, first, enc_in, types)
+        problems.append(f"{where}: no encoder graph beside a decoder of {found.n_cross} cross-attention pairs")
+    if decoder_only and isinstance(dec_in[INPUT_IDS][1][1], int):
+        problems.append(
+            f"{where}: the decoder-only step reads {dec_in[INPUT_IDS][1][1]} token(s) per row; the contract wants "
+            "a dynamic count (a prompt is read in chunks): import the model again"
+        )
+    if not decoder_only:
+        enc_in, enc_out = shapes["encoder"]
+        if list(enc_in) != encoder_inputs():
+            problems.append(f"{where}: encoder inputs are {list(enc_in)}; the contract wants {encoder_inputs()}")
+        if list(enc_out) != cross_names(found.n_cross):
+            problems.append(
+                f"{where}: encoder outputs are {list(enc_out)}; the decoder reads {cross_names(found.n_cross)}"
+            )
+        problems += _typed(where, "encoder", enc_in, {INPUT_IDS: INT32, ATTENTION_MASK: INT32})
     types = {INPUT_IDS: INT32, POSITIONS: INT64, CROSS_MASK: INT32}
     problems += _typed(where, "decoder", dec_in, types)
     problems += _typed(where, "decoder", dec_out, {LOG_PROBS: FLOAT, TOP_LOG_PROBS: FLOAT, TOP_IDS: INT64})

@@ -11,6 +11,7 @@ a configuration that no code names (YaRN, an explicit head_dim, other widths).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from export.import_hf.decoder_only import INSTRUCTIONS
 from export.import_hf.sample_folders import TINY_LLAMA, TINY_QWEN2, CausalSize, build_causal_lm
 from tasks import PATH_VARIABLE, load
 from tasks import generation_contract as contract
+from tests.prometheus_text import metric_sum, settled
 from tests.test_import_marian import run, served_repository
 
 MAX_NEW_TOKENS = 32
@@ -88,11 +90,9 @@ def generate(folder: Path, ids: list[list[int]], num_beams: int, max_new_tokens:
 
 
 def engine_answers(checkpoint: Path, ids: list[list[int]], num_beams: int, max_new_tokens: int = MAX_NEW_TOKENS):
-    from serving.engine.config import EngineConfig
     from serving.engine.engine import Engine, Job
 
-    first, step = contract.graph_files("fp32", decoder_only=True)
-    engine = Engine(checkpoint / first, checkpoint / step, EngineConfig.read(checkpoint / "config.json"), 2)
+    engine = Engine.load(checkpoint, threads=2)
     answers: list[list[int]] = [[] for _ in ids]
     for row, prompt in enumerate(ids):
         engine.submit(Job(prompt, max_new_tokens, num_beams, lambda new, final, row=row: answers[row].extend(new)))
@@ -136,19 +136,19 @@ def test_the_graphs_follow_the_contract_with_grouped_heads_and_fused_rotary(impo
     for name, size in (("tiny_qwen", TINY_QWEN2), ("tiny_llama", TINY_LLAMA)):
         folder = checkpoints / name
         assert contract.is_decoder_only(folder) and contract.check_graphs(folder) == []
-        prefill, step = (onnx.load(str(folder / file)).graph for file in contract.graph_files("fp32", True))
-        for graph in (prefill, step):
-            ops = [node.op_type for node in graph.node]
-            assert ops.count("GroupQueryAttention") == size.layers and "Softmax" not in ops
-            assert ops.count("RotaryEmbedding") == 2 * size.layers  # on Q and on K
-            heads = {
-                a.i
-                for n in graph.node
-                if n.op_type == "GroupQueryAttention"
-                for a in n.attribute
-                if a.name == "kv_num_heads"
-            }
-            assert heads == {size.kv_heads}
+        assert [f.name for f in folder.glob("*.onnx")] == [contract.DECODER_FILE]  # one graph, one copy of weights
+        step = onnx.load(str(folder / contract.DECODER_FILE)).graph
+        ops = [node.op_type for node in step.node]
+        assert ops.count("GroupQueryAttention") == size.layers and "Softmax" not in ops
+        assert ops.count("RotaryEmbedding") == 2 * size.layers  # on Q and on K
+        heads = {
+            a.i
+            for n in step.node
+            if n.op_type == "GroupQueryAttention"
+            for a in n.attribute
+            if a.name == "kv_num_heads"
+        }
+        assert heads == {size.kv_heads}
         past = next(i for i in step.input if i.name == "past_key_self_0")
         assert past.type.tensor_type.shape.dim[1].dim_value == size.kv_heads  # the cache holds the grouped heads
     task = load(tasks / "tiny_qwen_summary.toml")
@@ -285,19 +285,31 @@ def test_the_server_answers_with_generates_tokens(folders, corpus, imported, tmp
             assert joined == " ".join(sentences)
             got = client.infer("tiny_qwen_summary", texts[:20], num_beams=1, max_new_tokens=MAX_NEW_TOKENS)
             assert got == expected_summaries
+        # Every prompt starts with the chat template's opening and the task's instruction: after the first, their
+        # whole blocks are copied from the prefix cache, and the counters say so (the answers above are exact).
+        counts = settled(
+            lambda: [metric_sum(server.metrics_url, f"ropeserve_engine_prefix_cache_{kind}_tokens_total",
+                                model="tiny_qwen") for kind in ("queried", "hit")],
+            lambda counts: counts[0] > 0,
+        )  # fmt: skip
+        shared = len(os.path.commonprefix(prompts(folders["qwen2"], texts[:2]))) // 16 * 16
+        assert shared >= 16 and counts[1] >= (2 * len(texts) - 2) * shared * 0.5, (counts, shared)
     finally:
         server.stop()
 
 
-def test_tasks_check_names_a_prefill_graph_that_breaks_the_contract(imported, tmp_path):
+def test_tasks_check_names_a_step_graph_that_reads_one_token_per_row(imported, tmp_path):
+    """A decoder-only step with a fixed token count cannot read prompts in chunks: named, with what to do."""
     checkpoints, _ = imported
     folder = tmp_path / "broken"
     shutil.copytree(checkpoints / "tiny_qwen", folder)
-    prefill = onnx.load(str(folder / contract.PREFILL_FILE))
-    prefill.graph.output[0].name = "key_0"
-    onnx.save(prefill, str(folder / contract.PREFILL_FILE))
+    step = onnx.load(str(folder / contract.DECODER_FILE))
+    tokens = step.graph.input[0].type.tensor_type.shape.dim[1]
+    tokens.Clear()
+    tokens.dim_value = 1
+    onnx.save(step, str(folder / contract.DECODER_FILE))
     (problem,) = contract.check_graphs(folder)
-    assert "prefill outputs" in problem and "key_0" in problem
+    assert "reads 1 token(s) per row" in problem and "import the model again" in problem
 
 
 @pytest.mark.export

@@ -79,15 +79,15 @@ def export_encoder(model: Seq2Seq) -> onnx.ModelProto:
 
 
 def source_example(
-    low: int, high: int, max_len: int, min_len: int = 1
+    low: int, high: int, max_len: int
 ) -> tuple[tuple[Tensor, Tensor], dict[str, dict[int, torch.export.Dim]]]:
     """A source graph's example inputs (ids in [low, high), a padded second row) and their dynamic dims, by the
-    contract's input names: what an encoder or a decoder-only prefill graph is exported with."""
+    contract's input names: what an encoder graph is exported with."""
     ids = torch.randint(low, high, (3, 7), dtype=torch.int32)
     mask = torch.ones_like(ids)
     mask[1, 4:] = 0
     batch = torch.export.Dim("batch", min=1, max=4096)
-    sequence = torch.export.Dim("sequence", min=min_len, max=max_len)
+    sequence = torch.export.Dim("sequence", min=1, max=max_len)
     return (ids, mask), {name: {0: batch, 1: sequence} for name in contract.encoder_inputs()}
 
 

@@ -24,7 +24,6 @@ import torch
 from torch import Tensor, nn
 
 from export.graphs.seq2seq_export import export_module
-from export.graphs.step_export import source_example
 from export.model.attention import ort_op
 from tasks import generation_contract as contract
 
@@ -200,71 +199,51 @@ class _Layers(nn.Module):
         q = self.rotate(a.q_proj(h), positions, getattr(a, "q_norm", None))
         k = self.rotate(a.k_proj(h), positions, getattr(a, "k_norm", None))
         v = a.v_proj(h)
-        b, t, _ = x.shape
         attrs = {"num_heads": self.s.heads, "kv_num_heads": self.s.kv_heads}
-        shape = past[0].shape if past else (b, self.s.kv_heads, t, self.s.head_dim)
-        cache = past if past else (None, None)  # the prefill starts with no cache
-        inputs = (q, k, v, *cache, seqlens, total)
+        shape = past[0].shape
+        inputs = (q, k, v, *past, seqlens, total)
         out, key, value = ort_op("GroupQueryAttention", inputs, attrs, q.dtype, q.shape, shape, shape)
         return x + a.o_proj(out), key, value
 
 
-class PrefillGraph(_Layers):
-    """input_ids, attention_mask [B, S] (right-padded) → each layer's keys and values [B, Hkv, S, Dh]."""
-
-    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, ...]:
-        x = self.embed(input_ids.long())
-        b, t = input_ids.shape
-        seqlens = (attention_mask.sum(1) - 1).to(torch.int32)  # GroupQueryAttention: each row's length - 1
-        total = torch.full((1,), t, dtype=torch.int32).reshape(())
-        positions = torch.arange(t, dtype=torch.int64)[None].expand(b, t)
-        presents: list[Tensor] = []
-        for i, layer in enumerate(self.layers):
-            x, key, value = self.attend(layer, x, positions, (), seqlens, total)
-            presents += [key, value]
-            if i < len(self.layers) - 1:  # the last layer's MLP feeds no key or value
-                x = x + layer.mlp(layer.post_attention_layernorm(x))
-        return tuple(presents)
-
-
 class StepGraph(_Layers):
-    """One token per row, each at its own position, its key and value written into the cache buffer in place."""
+    """S new tokens per row at positions positions[r].., their keys and values written into the cache buffer in
+    place: one token per row when decoding, a chunk of a prompt when prefilling. A row with fewer tokens is
+    right-padded: its padding's keys land after its own, where its next call (or nothing) overwrites them."""
 
     def __init__(self, model: nn.Module, settings: CausalSettings) -> None:
         super().__init__(model, settings)
         self.lm_head = model.lm_head
 
     def forward(self, input_ids: Tensor, positions: Tensor, *caches: Tensor) -> tuple[Tensor, ...]:
-        x = self.embed(input_ids.long())  # [R, 1, D]
-        seqlens = positions.to(torch.int32)  # the keys cached: the new one goes at that column
-        total = (positions.max() + 1).to(torch.int32)
+        x = self.embed(input_ids.long())  # [R, S, D]
+        tokens = input_ids.shape[1]
+        offsets = torch.arange(tokens, dtype=torch.int64)[None]
+        at = (positions[:, None] + offsets).clamp(max=self.s.context - 1)  # padding past the tables reads the last
+        seqlens = (positions + tokens - 1).to(torch.int32)  # GroupQueryAttention: each row's keys after, less one
+        total = (positions.max() + tokens).to(torch.int32)
         presents: list[Tensor] = []
         for i, layer in enumerate(self.layers):
-            x, key, value = self.attend(layer, x, positions[:, None], caches[2 * i : 2 * i + 2], seqlens, total)
+            x, key, value = self.attend(layer, x, at, caches[2 * i : 2 * i + 2], seqlens, total)
             presents += [key, value]
             x = x + layer.mlp(layer.post_attention_layernorm(x))
-        logits = self.lm_head(self.norm(x))[:, -1].float()
+        logits = self.lm_head(self.norm(x[:, -1])).float()  # the last column's only: what a decode step reads
         log_probs = logits.log_softmax(-1)
         top_log_probs, top_ids = log_probs.topk(contract.TOP_K, dim=-1)
         return log_probs, top_log_probs, top_ids, *presents
 
 
-def export_prefill(model: nn.Module, settings: CausalSettings):
-    args, shapes = source_example(0, settings.vocab_size, settings.context, min_len=2)
-    outputs = contract.prefill_outputs(settings.layers)
-    return export_module(PrefillGraph(model, settings), args, list(shapes), outputs, shapes)
-
-
 def export_step(model: nn.Module, settings: CausalSettings):
-    rows, capacity = 6, 9
-    tokens = torch.randint(0, settings.vocab_size, (rows, 1), dtype=torch.int32)
+    rows, tokens, capacity = 6, 3, 12
+    ids = torch.randint(0, settings.vocab_size, (rows, tokens), dtype=torch.int32)
     positions = torch.tensor([4, 4, 0, 0, 7, 2])
     past = [torch.randn(rows, settings.kv_heads, capacity, settings.head_dim) for _ in range(2 * settings.layers)]
     batch = torch.export.Dim("batch", min=1, max=4096)
+    new = torch.export.Dim("tokens", min=1, max=settings.context)
     columns = torch.export.Dim("capacity", min=2, max=settings.context)
-    shapes = ({0: batch}, {0: batch}, tuple([{0: batch, 2: columns}] * (2 * settings.layers)))
+    shapes = ({0: batch, 1: new}, {0: batch}, tuple([{0: batch, 2: columns}] * (2 * settings.layers)))
     names_in, names_out = contract.decoder_inputs(settings.layers, 0), contract.decoder_outputs(settings.layers)
-    return export_module(StepGraph(model, settings), (tokens, positions, *past), names_in, names_out, shapes)
+    return export_module(StepGraph(model, settings), (ids, positions, *past), names_in, names_out, shapes)
 
 
 def load(folder: Path) -> tuple[nn.Module, CausalSettings]:

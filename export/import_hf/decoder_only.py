@@ -1,12 +1,13 @@
 """`--task translate|summarize` for a decoder-only chat model (Qwen2, Qwen3, Llama, Mistral): a Hugging Face folder
 → a checkpoint folder the engine serves, and its task.
 
-Writes ``<checkpoints>/<name>/``: prefill.onnx and decoder.onnx (tasks/generation_contract.py, decoder-only; with
---int8 their int8 twins), tokenizer.json (the folder's own, read with `tokenizers`), chat_template.jinja,
-config.json (the decoding rules, the special tokens the template reads) and README.md; and ``<tasks>/<name>.toml``,
-whose endpoint `<name>` and streaming twin `<name>_stream` run the continuous-batching engine with the chat
-front (serving/frontends/chat_front.py). The prompt is the task file's `[prompt]`: an instruction holding the
-text, and an optional system message, rendered with the checkpoint's chat template on the server.
+Writes ``<checkpoints>/<name>/``: decoder.onnx (tasks/generation_contract.py, decoder-only: one step graph that
+reads prompts in chunks and decodes; with --int8 its int8 twin), tokenizer.json (the folder's own, read with
+`tokenizers`), chat_template.jinja, config.json (the decoding rules, the special tokens the template reads) and
+README.md; and ``<tasks>/<name>.toml``, whose endpoint `<name>` and streaming twin `<name>_stream` run the
+continuous-batching engine with the chat front (serving/frontends/chat_front.py). The prompt is the task file's
+`[prompt]`: an instruction holding the text, and an optional system message, rendered with the checkpoint's chat
+template on the server.
 
 Everything goes into a staging folder first; a handful of prompts are decoded there by the engine and compared
 with `model.generate`, and only then does the staging folder replace the old model.
@@ -128,11 +129,9 @@ def _write_graphs(
     written = []
     external = sum(p.numel() * 4 for p in model.parameters()) > EXTERNAL_DATA_BYTES
     with torch.no_grad():
-        say("exporting the prefill graph (fused rotary and grouped-query attention)")
-        prefill = causal_lm.export_prefill(model, settings)
-        say("exporting the decoder step graph (its cache written in place)")
+        say("exporting the step graph (fused rotary and grouped-query attention, its cache written in place)")
         step = causal_lm.export_step(model, settings)
-    for proto, file in zip((prefill, step), contract.graph_files("fp32", decoder_only=True)):
+    for proto, file in zip((step,), contract.graph_files("fp32", decoder_only=True)):
         path = folder / file
         if external:
             onnx.save(proto, str(path), save_as_external_data=True, location=f"{file}.data")
@@ -144,7 +143,7 @@ def _write_graphs(
     if int8:
         from export.import_hf.translation import quantize
 
-        say("quantizing both graphs to int8 (dynamic, MatMul weights)")
+        say("quantizing the step graph to int8 (dynamic, MatMul weights)")
         written += quantize(folder, contract.graph_files("fp32", decoder_only=True))
     problems = contract.check_graphs(folder)
     if problems:
@@ -180,15 +179,13 @@ def check_against_generate(model: Any, folder: Path, config: dict, template: str
     """Greedy answers of the staged graphs, run by the engine, equal `model.generate`'s on a few prompts."""
     from tokenizers import Tokenizer
 
-    from serving.engine.config import EngineConfig
     from serving.engine.engine import Engine, Job
     from serving.text.chat import ChatPrompt
 
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     prompt = ChatPrompt(template, INSTRUCTIONS[config["task"]], "", tuple(specials.items()))
     prompts = [tokenizer.encode(prompt(text), add_special_tokens=False).ids for text in CHECKED_PROMPTS]
-    first, step = contract.graph_files("fp32", decoder_only=True)
-    engine = Engine(folder / first, folder / step, EngineConfig.from_dict(config), 2)
+    engine = Engine.load(folder, threads=2)
     ours: list[list[int]] = [[] for _ in prompts]
     for row, ids in enumerate(prompts):
         engine.submit(Job(ids, CHECKED_TOKENS, 1, lambda new, final, row=row: ours[row].extend(new)))
@@ -275,5 +272,5 @@ heads of {settings.head_dim}, vocabulary {settings.vocab_size:,}, rotary `{setti
 - decoding (the task endpoints): {settings.num_beams} beams, ends at token ids {list(settings.eos_ids)}; left out of \
 its generation config: {ignored}
 - chat twin (`{name}_chat`, the OpenAI API's): samples by default with {dict(settings.sampling)}
-- graphs: prefill.onnx, decoder.onnx (tasks/generation_contract.py){", and their int8 twins" if int8 else ""}
+- graph: decoder.onnx (tasks/generation_contract.py){", and its int8 twin" if int8 else ""}
 """

@@ -4,7 +4,9 @@ One running batch holds the rows of every source being decoded (num_beams rows e
 
 1. admit: the scheduler (serving/engine/scheduler.py) names the waiting sources that join now; they are encoded
    (serving/engine/step_graphs.py: one encoder call per group of similar lengths) straight into the batch's rows
-   after the running sources' (serving/engine/batch.py), with an empty self-attention cache;
+   after the running sources' (serving/engine/batch.py), with an empty self-attention cache. A decoder-only
+   model's prompts are read first, a chunk per step beside the running rows, their shared prefixes taken from
+   the prefix cache (serving/engine/prefill.py); each joins the batch once its keys are all cached;
 2. decode: one decoder call for every row, each at its own position (the keys it has cached);
 3. search: each source reads its rows' log-probabilities (serving/engine/batch_search.py and search.py) and names
    the rows its next step continues; finished, cancelled and failed sources leave at once.
@@ -23,6 +25,7 @@ background thread, which the Triton front model does.
 from __future__ import annotations
 
 import functools
+import json
 import queue
 import sys
 import threading
@@ -33,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from numpy.typing import NDArray
 
 from serving.engine import search
@@ -40,9 +44,12 @@ from serving.engine.batch import RunningBatch
 from serving.engine.batch_search import block_ngrams, take_step
 from serving.engine.config import EngineConfig
 from serving.engine.job import Job, Output, deliver_all, fail
+from serving.engine.prefill import Prefill, Prompt
+from serving.engine.prefix_cache import PrefixCache
 from serving.engine.scheduler import Scheduler
 from serving.engine.search import Finish
 from serving.engine.step_graphs import StepGraphs
+from tasks import generation_contract as contract
 from tasks.definition import EngineSettings
 
 __all__ = ["Engine", "Job", "Output", "Stats"]
@@ -56,6 +63,9 @@ class Stats:
     running_rows: int = 0
     queue_seconds: list[float] = field(default_factory=list)  # per admitted job, drained by the reader
     first_token_seconds: list[float] = field(default_factory=list)  # per job, from submission; drained too
+    # A decoder-only model's prompt tokens looked up in the prefix cache, and those found there (running totals)
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
 
     def drain(self) -> tuple[list[float], list[float]]:
         """The waits and first-token times recorded since the last call."""
@@ -67,14 +77,14 @@ class Stats:
 class Engine:
     def __init__(
         self,
-        encoder: Path,
+        encoder: Path | None,
         decoder: Path,
         config: EngineConfig,
         threads: int = 1,
         settings: EngineSettings | None = None,
     ) -> None:
-        """`config`: the checkpoint's decoding rules; `settings`: the task's [engine] table (max_rows, the
-        scheduler's rules)."""
+        """`encoder`: None for a decoder-only model; `config`: the checkpoint's decoding rules; `settings`: the
+        task's [engine] table (max_rows, the scheduler's rules, the prompts' chunk and prefix cache)."""
         self.graphs = StepGraphs(encoder, decoder, threads)
         self.layout = self.graphs.layout
         self.decoding = config.decoding
@@ -83,12 +93,27 @@ class Engine:
         self.stats = Stats()
         self.scheduler = Scheduler(self.settings)
         self.batch = RunningBatch(self.layout)
-        read_sources = self.graphs.prefill_into if self.layout.decoder_only else self.graphs.encode_into
-        self._encode_into = functools.partial(read_sources, self.batch)
+        self._encode_into = functools.partial(self.graphs.encode_into, self.batch)
+        self.prefill: Prefill | None = None
+        if self.layout.decoder_only:
+            mib = self.settings.prefix_cache_mib
+            cache = PrefixCache(mib << 20) if mib else None
+            shape = (2 * self.layout.n_layers, self.layout.n_heads, self.layout.head_dim)
+            self.prefill = Prefill(self.graphs.extend, shape, self.settings.prefill_chunk_tokens, cache)
         self._stop = False
         self._thread: threading.Thread | None = None
         self._deliver: Callable[[list[Output]], None] = deliver_all
         self._cancellations: queue.SimpleQueue[Job] = queue.SimpleQueue()
+
+    @classmethod
+    def load(
+        cls, checkpoint: Path, precision: str = "fp32", threads: int = 1, settings: EngineSettings | None = None
+    ) -> Engine:
+        """The engine of a checkpoint folder: its graphs as the contract names them, its config.json's rules."""
+        config = json.loads((Path(checkpoint) / "config.json").read_text(encoding="utf-8"))
+        *encoder, decoder = contract.graph_files(precision, bool(config.get("decoder_only")))
+        first = Path(checkpoint) / encoder[0] if encoder else None
+        return cls(first, Path(checkpoint) / decoder, EngineConfig.from_dict(config), threads, settings)
 
     # -- submitting --------------------------------------------------------------------------------------------
     def submit(self, job: Job) -> None:
@@ -110,12 +135,16 @@ class Engine:
     def queued_rows(self) -> int:
         """Rows running and waiting: the engine's backlog, which the front model bounds."""
         with self.scheduler.wake:
-            return self.scheduler.waiting()[1] + self.batch.rows
+            return self.scheduler.waiting()[1] + sum(job.num_beams for job in self._taken())
 
     def busy(self) -> bool:
         """Anything running or waiting."""
         with self.scheduler.wake:
-            return bool(self.batch.jobs) or self.scheduler.has_waiting()
+            return bool(self._taken()) or self.scheduler.has_waiting()
+
+    def _taken(self) -> list[Job]:
+        """The jobs admitted: running, or their prompts being read."""
+        return self.batch.jobs + (self.prefill.jobs if self.prefill else [])
 
     # -- running -------------------------------------------------------------------------------------------------
     def start(self, deliver: Callable[[list[Output]], None] = deliver_all) -> None:
@@ -141,7 +170,7 @@ class Engine:
         wake = self.scheduler.wake
         while True:
             with wake:
-                while not (self.batch.jobs or self._stop or self.scheduler.has_waiting()):
+                while not (self._taken() or self._stop or self.scheduler.has_waiting()):
                     wake.wait()
                 if self._stop:
                     return
@@ -163,7 +192,10 @@ class Engine:
         try:
             self._take_cancellations()
             admitted, refused = self._admit()
-            self.batch.join(admitted, self._encode_into)
+            if self.prefill is None:
+                self.batch.join(admitted, self._encode_into)
+            else:
+                refused += self._read_prompts(admitted)
             if not self.batch.jobs:
                 return refused
             scores, ids, all_log_probs = self._decode()
@@ -171,7 +203,7 @@ class Engine:
             parents = take_step(jobs, self.decoding, self.layout.vocab, scores, ids, starts, all_log_probs)
             return refused + self._report_and_leave(parents)
         except Exception as err:
-            failed = self.batch.clear()
+            failed = self.batch.clear() + (self.prefill.clear() if self.prefill else [])
             failed += [job for job in admitted if job not in failed]
             self.stats.running_rows = 0
             message = f"generation failed: {err}"
@@ -187,12 +219,36 @@ class Engine:
             except queue.Empty:
                 return
 
+    def _read_prompts(self, admitted: list[Job]) -> list[Output]:
+        """A decoder-only model's step of prompt reading: the admitted prompts start, one step's chunk is read,
+        and the prompts read whole join the batch, their cache row copied into each of their beams' rows.
+        Returns the answers of prompts cancelled while they waited."""
+        assert self.prefill is not None
+        cancelled = self.prefill.drop(lambda job: job.cancelled)
+        self.prefill.add(admitted)
+        read = {prompt.job: prompt for prompt in self.prefill.step()}
+        cache = self.prefill.prefix_cache
+        if cache is not None:
+            self.stats.prompt_tokens, self.stats.cached_prompt_tokens = cache.queried_tokens, cache.hit_tokens
+
+        def copy_rows(jobs: list[Job], first_row: int) -> None:
+            starts = first_row + np.cumsum([0] + [job.num_beams for job in jobs])
+            caches = self.batch.caches_for(int(starts[-1]), max(len(job.source) for job in jobs))
+            for job, start, end in zip(jobs, starts, starts[1:]):
+                prompt: Prompt = read[job]
+                columns = len(prompt.tokens)
+                for buffer, mine in zip(caches, prompt.caches):
+                    buffer[start:end, :, :columns] = mine[0, :, :columns]
+
+        self.batch.join(list(read), copy_rows)
+        return [Output(job, [], Finish.CANCELLED) for job in cancelled]
+
     def _admit(self) -> tuple[list[Job], list[Output]]:
         """The waiting jobs that join now, each with a fresh search; and the answers of those cancelled meanwhile."""
         admitted: list[Job] = []
         refused: list[Output] = []
         now = time.perf_counter()
-        for job in self.scheduler.admit(self.batch.jobs):
+        for job in self.scheduler.admit(self._taken()):
             if job.cancelled:
                 refused.append(Output(job, [], Finish.CANCELLED))
                 continue

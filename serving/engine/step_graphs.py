@@ -1,6 +1,6 @@
-"""The step graphs (export/graphs/step_export.py) in ONNX Runtime: the encoder (or a decoder-only model's prefill),
-called for the sources that join the running batch, and the decoder step, called once per iteration for every
-row, bound to the batch's buffers.
+"""The step graphs (export/graphs/step_export.py) in ONNX Runtime: the encoder, called for the sources that join
+the running batch, and the decoder step, called once per iteration for every row, bound to the batch's buffers.
+A decoder-only model has the step alone, which also reads its prompts, a chunk at a time (`extend`).
 
 Everything the engine knows of the model comes from the graphs, as tasks/generation_contract.py lays them out.
 """
@@ -24,15 +24,18 @@ ENCODER_CALL_TOKENS = 32
 
 
 class StepGraphs:
-    def __init__(self, encoder: Path, decoder: Path, threads: int) -> None:
+    def __init__(self, encoder: Path | None, decoder: Path, threads: int) -> None:
+        """`encoder`: None for a decoder-only model."""
         # CUDA where this onnxruntime has it (serving/providers.py). The caches live in NumPy between steps, and
         # ORT's CUDA GroupQueryAttention takes float16/bfloat16 only, so on a GPU the float32 self-attention runs
         # on the CPU provider and the caches cross over every step: correct, not yet fast (not run here: no GPU).
-        self.encoder = in_process_session(encoder, threads)
+        self.encoder = None if encoder is None else in_process_session(encoder, threads)
         self.decoder = in_process_session(decoder, threads)
         self.layout = contract.layout(
             {i.name: i.shape for i in self.decoder.get_inputs()}, {o.name: o.shape for o in self.decoder.get_outputs()}
         )
+        if (encoder is None) != self.layout.decoder_only:
+            raise ValueError(f"{decoder}: a decoder-only step goes without an encoder, a cross-attending one with it")
         self.cross_names = contract.cross_names(self.layout.n_cross)
         self.past_names = contract.self_cache_names("past", self.layout.n_layers)
         self.present_names = contract.self_cache_names("present", self.layout.n_layers)
@@ -49,34 +52,29 @@ class StepGraphs:
                 buffer[rows, :, :columns] = output
             batch.cross_mask[rows, :columns] = mask
 
-    def prefill_into(self, batch: RunningBatch, jobs: list[Job], first_row: int) -> None:
-        """A decoder-only model's prompts into the self-attention caches of the jobs' rows (`num_beams` each, from
-        `first_row` on): every prompt token but the last, whose step gives the first generated token. Prompts of
-        similar length share a prefill call, as sources share an encoder call."""
-        starts = first_row + np.cumsum([0] + [job.num_beams for job in jobs])
-        prompts = [job.source[:-1] for job in jobs]
-        batch.caches_for(int(starts[-1]), max(map(len, prompts)) + 1)  # grown to hold them
-        todo = [i for i, prompt in enumerate(prompts) if prompt]
-        for group in length_groups([len(prompts[i]) for i in todo], ENCODER_CALL_TOKENS):
-            members = [todo[i] for i in group]
-            presents, _ = self.encode([prompts[i] for i in members], self.present_names)
-            for buffer, present in zip(batch.caches, presents):
-                for g, i in enumerate(members):
-                    length = len(prompts[i])
-                    buffer[starts[i] : starts[i + 1], :, :length] = present[g, :, :length]
-
-    def encode(
-        self, sources: list[list[int]], outputs: list[str] | None = None
-    ) -> tuple[list[NDArray[Any]], NDArray[Any]]:
-        """One encoder (or prefill) call, padded to the longest source: its outputs (the cross-attention
-        keys/values, or the prefill's presents), and the mask."""
+    def encode(self, sources: list[list[int]]) -> tuple[list[NDArray[Any]], NDArray[Any]]:
+        """One encoder call, padded to the longest source: the cross-attention keys/values, and the mask."""
         ids = np.zeros((len(sources), max(map(len, sources))), np.int32)
         mask = np.zeros_like(ids)
         for i, source in enumerate(sources):
             ids[i, : len(source)] = source
             mask[i, : len(source)] = 1
         feeds = {contract.INPUT_IDS: ids, contract.ATTENTION_MASK: mask}
-        return self.encoder.run(outputs or self.cross_names, feeds), mask
+        if self.encoder is None:
+            raise RuntimeError("a decoder-only model has no encoder")
+        return self.encoder.run(self.cross_names, feeds), mask
+
+    def extend(self, caches: list[NDArray[Any]], ids: NDArray[Any], positions: NDArray[Any]) -> None:
+        """A decoder-only model reads `ids` [rows, S] (prompt pieces, right-padded) at `positions` [rows], their
+        keys written in place into `caches` [rows, Hkv, C, Dh] (C ≥ max(positions) + S); nothing else is read."""
+        binding = self.decoder.io_binding()
+        binding.bind_cpu_input(contract.INPUT_IDS, ids)
+        binding.bind_cpu_input(contract.POSITIONS, positions)
+        binding.bind_output(contract.TOP_IDS)  # the graph computes them; they are not read
+        binding.bind_output(contract.TOP_LOG_PROBS)
+        binding.bind_output(contract.LOG_PROBS)
+        self._bind_caches(binding, caches)
+        self.decoder.run_with_iobinding(binding)
 
     def decode(
         self, batch: RunningBatch, with_all_log_probs: bool
@@ -101,12 +99,16 @@ class StepGraphs:
         wanted = [contract.TOP_LOG_PROBS, contract.TOP_IDS] + ([contract.LOG_PROBS] if with_all_log_probs else [])
         for name in wanted:
             binding.bind_output(name)
-        for past, present, cache in zip(self.past_names, self.present_names, caches):
-            binding.bind_cpu_input(past, cache)
-            binding.bind_output(present, "cpu", 0, np.float32, list(cache.shape), cache.ctypes.data)
+        self._bind_caches(binding, caches)
         self.decoder.run_with_iobinding(binding)
         outputs = binding.get_outputs()
         return outputs[0].numpy(), outputs[1].numpy(), outputs[2].numpy if with_all_log_probs else None
+
+    def _bind_caches(self, binding: Any, caches: list[NDArray[Any]]) -> None:
+        """Each past bound to its buffer, and its present to the same memory: the new keys are written in place."""
+        for past, present, cache in zip(self.past_names, self.present_names, caches):
+            binding.bind_cpu_input(past, cache)
+            binding.bind_output(present, "cpu", 0, np.float32, list(cache.shape), cache.ctypes.data)
 
 
 def length_groups(lengths: list[int], call_cost: int) -> list[list[int]]:

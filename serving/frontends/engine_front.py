@@ -30,7 +30,6 @@ from typing import Any, NamedTuple
 import numpy as np
 from tokenizers import Tokenizer
 
-from serving.engine.config import EngineConfig
 from serving.engine.engine import Engine, Job, Output
 from serving.engine.job import deliver_all
 from serving.engine.search import Finish
@@ -40,7 +39,6 @@ from serving.frontends.metrics import EngineLoad
 from serving.frontends.options import EngineOptions, TranslateOptions
 from serving.frontends.sentences import Document
 from serving.text.tokenizer import EOS_ID, detokenize, settled_prefix
-from tasks import generation_contract as contract
 
 CANCEL_POLL_S = 0.1
 QUEUE_FULL = "the generation queue is full; retry later"
@@ -62,18 +60,10 @@ class EngineFront(FrontModel):
 
     def __init__(self, pb: Any, args: dict) -> None:
         super().__init__(pb, args)
-        cfg = self.task_config
         self.source = self.source_tokenizer()
         self.target = Tokenizer.from_file(str(self.asset_dir / self.TARGET_TOKENIZER))
         precision = self.parameters.get("precision", "fp32")
-        encoder, decoder = contract.graph_files(precision, bool(cfg.get("decoder_only")))
-        self.engine = Engine(
-            self.asset_dir / encoder,
-            self.asset_dir / decoder,
-            EngineConfig.from_dict(cfg),
-            self.graph_threads(),
-            self.task.engine,
-        )
+        self.engine = Engine.load(self.asset_dir, precision, self.graph_threads(), self.task.engine)
         self.settings = self.task.engine
         self.streaming = self.endpoint.decoupled
         self.output = self.outputs[0]
@@ -157,14 +147,15 @@ class EngineFront(FrontModel):
 
     def _report_metrics(self) -> None:
         """The engine's gauges and counters, twice a second (what a step counts is summed here, not per step)."""
-        steps = 0
+        steps = queried = hits = 0
         while not self._reporting.wait(METRICS_PERIOD_S):
             stats = self.engine.stats
             waits, firsts = stats.drain()
             texts, rows = self.engine.scheduler.waiting()
             load = EngineLoad(stats.running_rows, self.engine.max_rows, texts, rows)
-            self.metrics.engine(load, stats.steps - steps, waits, firsts)
-            steps = stats.steps
+            prompts = (stats.prompt_tokens - queried, stats.cached_prompt_tokens - hits)
+            self.metrics.engine(load, stats.steps - steps, waits, firsts, prompts)
+            steps, queried, hits = stats.steps, stats.prompt_tokens, stats.cached_prompt_tokens
 
     def execute(self, requests: list[Any]) -> None:
         """Every answer goes through its request's response sender: now for the refused ones and those answered as

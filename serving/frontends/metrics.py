@@ -91,6 +91,17 @@ WAITING_ROWS = MetricSpec(
     PREFIX + "engine_waiting_rows", "gauge", "Rows (texts x beams) waiting to join the engine's running batch"
 )
 ENGINE_STEPS = MetricSpec(PREFIX + "engine_steps_total", "counter", "Decoding steps the engine ran (one per token)")
+# A decoder-only model's prompts (serving/engine/prefix_cache.py): the hit rate is the second over the first.
+PREFIX_QUERIED = MetricSpec(
+    PREFIX + "engine_prefix_cache_queried_tokens_total",
+    "counter",
+    "Prompt tokens looked up in the engine's prefix cache (all but each prompt's last)",
+)
+PREFIX_HITS = MetricSpec(
+    PREFIX + "engine_prefix_cache_hit_tokens_total",
+    "counter",
+    "Prompt tokens found in the engine's prefix cache: their keys were copied, not computed",
+)
 QUEUE_SECONDS = MetricSpec(
     PREFIX + "engine_queue_seconds",
     "histogram",
@@ -132,6 +143,8 @@ ALL_METRICS = (
     WAITING_TEXTS,
     WAITING_ROWS,
     ENGINE_STEPS,
+    PREFIX_QUERIED,
+    PREFIX_HITS,
     QUEUE_SECONDS,
     FIRST_TOKEN_SECONDS,
     SENTENCES_PER_TEXT,
@@ -275,13 +288,23 @@ class FrontMetrics:
         self.flush()
 
     # -- what the front model reports ----------------------------------------------------
-    def engine(self, load: EngineLoad, steps: int, queue_seconds: Iterable[float], first_token: Iterable[float]):
-        """The engine since the last report: its load now, steps run, waits and first-token times."""
+    def engine(
+        self,
+        load: EngineLoad,
+        steps: int,
+        queue_seconds: Iterable[float],
+        first_token: Iterable[float],
+        prompt_tokens: tuple[int, int] = (0, 0),
+    ):
+        """The engine since the last report: its load now, steps run, waits and first-token times, and the prompt
+        tokens looked up in its prefix cache and found there."""
         self._set(RUNNING_ROWS, load.running_rows)
         self._set(CAPACITY_ROWS, load.capacity_rows)
         self._set(WAITING_TEXTS, load.waiting_texts)
         self._set(WAITING_ROWS, load.waiting_rows)
         self._add(ENGINE_STEPS, steps)
+        self._add(PREFIX_QUERIED, prompt_tokens[0])
+        self._add(PREFIX_HITS, prompt_tokens[1])
         self._observe(QUEUE_SECONDS, queue_seconds)
         self._observe(FIRST_TOKEN_SECONDS, first_token)
 
