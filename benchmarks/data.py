@@ -56,6 +56,12 @@ USES = (
         "it cannot build the sample folder and fails",
     ),
     Use(
+        "llm",
+        "translate",
+        "Tatoeba pairs: the sample Qwen2 folder's tokenizer, and the test sentences its prompts hold",
+        "it cannot build the sample folder and fails",
+    ),
+    Use(
         "documents",
         "translate_test",
         "Tatoeba test sentences joined into paragraphs (file order)",

@@ -11,7 +11,7 @@ from export.training.data import DEFAULT_DATA_DIR
 ROOT = Path(__file__).resolve().parents[1]
 CHECKPOINTS = ROOT / "checkpoints"
 REPOSITORY = ROOT / "model_repository"
-SECTIONS = ("ceiling", "runtime", "generation", "serving", "translation", "documents", "imported", "gateway")
+SECTIONS = ("ceiling", "runtime", "generation", "serving", "translation", "documents", "imported", "llm", "gateway")
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks import data, documents, gateway, generation, imported, runtime, threads, translation_report
+from benchmarks import data, documents, gateway, generation, imported, llm, runtime, threads, translation_report
 from benchmarks.markdown import cell, table
 
 
@@ -189,6 +189,7 @@ def markdown(results: dict[str, Any]) -> str:
         "translation": translation_report.markdown,
         "documents": documents.markdown,
         "imported": imported.markdown,
+        "llm": llm.markdown,
         "gateway": gateway.markdown,
     }
     for key, render in sections.items():

@@ -66,7 +66,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def run_sections(sections: list[str], prof: Any, workdir: Path) -> dict[str, Any]:
     """Each comparison in turn (imports deferred: the serving one needs no torch model until it runs)."""
-    from benchmarks import documents, gateway, generation, imported, runtime, serving, translation
+    from benchmarks import documents, gateway, generation, imported, llm, runtime, serving, translation
 
     measures = {
         "ceiling": lambda: ceiling.measure(prof),
@@ -76,6 +76,7 @@ def run_sections(sections: list[str], prof: Any, workdir: Path) -> dict[str, Any
         "translation": lambda: translation.measure(prof, workdir),
         "documents": lambda: documents.measure(prof, workdir),
         "imported": lambda: imported.measure(prof, workdir),
+        "llm": lambda: llm.measure(prof, workdir),
         "gateway": lambda: gateway.measure(prof, workdir),
     }
     results: dict[str, Any] = {}
@@ -111,10 +112,10 @@ def main(argv: list[str] | None = None) -> int:
         results: dict[str, Any] = run_sections(sections, prof, Path(tmp))
     if results.get("ceiling"):
         ceiling.finish(results["ceiling"], prof, results.get("runtime"))
-    # the translation, documents, imported and gateway sections compute their own bars; listed with the others
+    # the translation, documents, imported, llm and gateway sections compute their own bars; listed with the others
     results["checks"] = checks.evaluate(results) + [
         bar
-        for section in ("translation", "documents", "imported", "gateway")
+        for section in ("translation", "documents", "imported", "llm", "gateway")
         for bar in (results.get(section) or {}).get("bars", [])
     ]
     meta |= {"load_end": load_average(), "seconds": time.perf_counter() - started}

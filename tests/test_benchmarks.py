@@ -166,6 +166,12 @@ def test_smoke_run_writes_results(tmp_path, fake_data_dir):
     assert fairness["documents"]["requests"] > 0
     assert fairness["loaded"]["errors"] == 0, fairness["loaded"].get("first_error")
 
+    llm = results["llm"]  # every runtime generated, from the same prompt ids, and the bars were listed
+    assert {row["runtime"].split()[0] for row in llm["offline"]} == {"ours", "ctranslate2", "genai"}
+    assert all(row["tokens_per_s"] > 0 and row["rss_mb"] > 0 for row in llm["offline"])
+    assert all("ttft_ms" in row for row in llm["offline"] if row["batch"] == 1)
+    assert len(llm["bars"]) == 2 and all(c in results["checks"] for c in llm["bars"])
+
     gateway = results["gateway"]  # the same requests through the gateway and straight over gRPC, paired
     assert len(gateway["bars"]) == 4 and all(c in results["checks"] for c in gateway["bars"])
     assert {p["side"] for p in gateway["points"]} >= {"straight over gRPC", "gateway /v2/translate"}

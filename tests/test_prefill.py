@@ -223,3 +223,24 @@ def test_the_prefix_cache_stays_within_its_bound_and_drops_a_chains_tail_first()
     into = [np.zeros((1, 2, 64, 4), np.float32) for _ in range(4)]
     assert cache.lookup(shared + [105] * 32, into) == 64  # the last prompt's chain, whole
     assert cache.lookup(shared + [100] * 32, into) == 32  # the first one's tail went, its shared head stayed
+
+
+@pytest.mark.export
+def test_the_int8_twin_loads_and_reads_prompts_in_chunks_as_fp32_does(tiny, tmp_path):
+    """The importer's int8 quantization of the step graph (export/import_hf/translation.py's `quantize`) loads,
+    reads prompts in chunks, and mostly picks fp32's first token (its weights are int8, its answers close)."""
+    import shutil
+
+    from export.import_hf.translation import quantize
+    from serving.engine.engine import Engine
+
+    _, folder = tiny
+    for file in ("decoder.onnx", "config.json"):
+        shutil.copy(folder / file, tmp_path / file)
+    quantize(tmp_path, ("decoder.onnx",))
+    batch = prompts(20, seed=5)
+    settings = EngineSettings(prefill_chunk_tokens=16)
+    fp32 = run(Engine.load(tmp_path, "fp32", 2, settings), batch, 4)
+    int8 = run(Engine.load(tmp_path, "int8", 2, settings), batch, 4)
+    assert all(len(answer) == 4 for answer in int8)
+    assert sum(a[0] == b[0] for a, b in zip(fp32, int8)) >= 14

@@ -227,7 +227,9 @@ class StepGraph(_Layers):
             x, key, value = self.attend(layer, x, at, caches[2 * i : 2 * i + 2], seqlens, total)
             presents += [key, value]
             x = x + layer.mlp(layer.post_attention_layernorm(x))
-        logits = self.lm_head(self.norm(x[:, -1])).float()  # the last column's only: what a decode step reads
+        # The last column's only: what a decode step reads. Kept 3-D ([R, 1, D]): a 2-D input makes the exporter's
+        # projection one the int8 quantizer gets wrong (its graph then fails to load: "Incompatible dimensions").
+        logits = self.lm_head(self.norm(x[:, -1:]))[:, -1].float()
         log_probs = logits.log_softmax(-1)
         top_log_probs, top_ids = log_probs.topk(contract.TOP_K, dim=-1)
         return log_probs, top_log_probs, top_ids, *presents
