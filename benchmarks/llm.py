@@ -9,7 +9,13 @@ template, NEW_TOKENS greedy tokens each, at batch 1 (one prompt at a time: token
 batch 16 (16 rows at once: ours continuous batching with max_rows 16, CTranslate2's max_batch_size, GenAI's
 left-padded batches). Ours runs with its prefix cache (the prompts share the template's opening and the
 instruction) and without. Each pass reads prompts no earlier pass read, so a cache hit is a shared prefix, not a
-repeated prompt. Served cells (the real Triton server, closed-loop clients) are not in this section yet.
+repeated prompt.
+
+Served: the real Triton server with the import in fp32 and in int8 (one engine of two threads each, its prefix
+cache on), closed-loop gRPC clients (benchmarks/closed_loop.py) sending the same test sentences at 1 and 16
+clients, and streams at 1 client for the time to first token. Served tokens/s is answers/s × NEW_TOKENS: the
+sample's random weights rarely end an answer early (the offline rows count every token and show it). The bar:
+served fp32 at 16 clients ≥ 1.0× CTranslate2's and GenAI's fp32 at batch 16.
 
     python -m benchmarks --sections llm --name llm   # → benchmarks/results/llm.json, .md
 """
@@ -17,7 +23,9 @@ repeated prompt. Served cells (the real Triton server, closed-loop clients) are 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import multiprocessing
+import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -29,6 +37,9 @@ from benchmarks.translation import cpu_info
 
 SAMPLES = ROOT / ".cache" / "hf-samples"  # the built folder is kept: building it costs minutes
 NAME = "llm_bench"
+PRECISIONS = {"fp32": NAME, "int8": f"{NAME}_int8"}  # the int8 import holds both graphs: offline reads it
+CLIENTS = (1, 16)
+SERVED_WINDOW_S = 30.0  # an answer takes seconds at 1 client: a window of several
 NEW_TOKENS = 32
 BATCHES = (1, 16)
 PROMPTS = {1: 3, 16: 32}  # prompts per pass at each batch
@@ -48,8 +59,8 @@ def sample_folder(profile: Profile, workdir: Path, pairs: list[tuple[str, str]])
     return folder, "Qwen2.5-0.5B-shaped"
 
 
-def _run(*argv: str) -> None:
-    subprocess.run([sys.executable, *argv], cwd=ROOT, check=True)
+def _run(*argv: str, env: dict[str, str] | None = None) -> None:
+    subprocess.run([sys.executable, *argv], cwd=ROOT, check=True, env={**os.environ, **(env or {})})
 
 
 def prepare(folder: Path, workdir: Path) -> dict[str, Path]:
@@ -57,10 +68,17 @@ def prepare(folder: Path, workdir: Path) -> dict[str, Path]:
     GenAI's per precision."""
     from ctranslate2.converters import TransformersConverter
 
-    checkpoints = workdir / "checkpoints"
-    _run("-m", "export.import_hf", str(folder), "--task", "translate", "--name", NAME, "--int8",
-         "--checkpoints", str(checkpoints), "--tasks-dir", str(workdir / "tasks"))  # fmt: skip
-    models = {"ours": checkpoints / NAME}
+    checkpoints, tasks, repository = workdir / "checkpoints", workdir / "tasks", workdir / "repository"
+    for precision, name in PRECISIONS.items():
+        flags = ["--int8"] if precision == "int8" else []
+        _run("-m", "export.import_hf", str(folder), "--task", "translate", "--name", name, *flags,
+             "--checkpoints", str(checkpoints), "--tasks-dir", str(tasks))  # fmt: skip
+    names = [flag for name in PRECISIONS.values() for flag in ("--task", name)]
+    env = {"ROPESERVE_TASKS_PATH": str(tasks)}
+    _run("-m", "tasks", "generate", *names, "--repository", str(repository), env=env)
+    _run("-m", "export.build_repository", *names, "--repository", str(repository), "--checkpoints", str(checkpoints),
+         env=env)  # fmt: skip
+    models = {"ours": checkpoints / PRECISIONS["int8"], "repository": repository, "tasks": tasks}
     for precision, quantization in (("fp32", None), ("int8", "int8")):
         out = workdir / f"ct2-{precision}"
         TransformersConverter(str(folder)).convert(str(out), quantization=quantization, force=True)
@@ -80,7 +98,7 @@ def prompt_passes(checkpoint: Path, sentences: list[str], batch: int, passes: in
     from serving.text.chat import ChatPrompt
     from tasks import load
 
-    task = load(checkpoint.parent.parent / "tasks" / f"{NAME}.toml")
+    task = load(checkpoint.parent.parent / "tasks" / f"{checkpoint.name}.toml")
     specials = json.loads((checkpoint / "config.json").read_text())["special_tokens"]
     chat = ChatPrompt((checkpoint / "chat_template.jinja").read_text(), task.prompt.instruction, task.prompt.system,
                       tuple(specials.items()))  # fmt: skip
@@ -132,15 +150,62 @@ def _median_length(passes: list[list[list[int]]]) -> float:
     return statistics.median(len(prompt) for prompts in passes for prompt in prompts)
 
 
+def served(models: dict[str, Path], sentences: list[str], profile: Profile) -> tuple[list[dict], dict[str, Any]]:
+    """The closed-loop points, and the server's memory. The SDK's streams look the task up by name: the imports'
+    task folder is on ROPESERVE_TASKS_PATH meanwhile."""
+    from tasks import PATH_VARIABLE
+
+    saved = os.environ.get(PATH_VARIABLE)
+    os.environ[PATH_VARIABLE] = str(models["tasks"])
+    try:
+        return _served(models["repository"], sentences, profile)
+    finally:
+        if saved is None:
+            os.environ.pop(PATH_VARIABLE)
+        else:
+            os.environ[PATH_VARIABLE] = saved
+
+
+def _served(repository: Path, sentences: list[str], profile: Profile) -> tuple[list[dict], dict[str, Any]]:
+    from benchmarks.closed_loop import closed_loop, start_server
+    from benchmarks.soak import stub_rss_mb
+    from benchmarks.stats import summarize_runs
+    from serving.launcher.processes import group_rss_mb
+
+    window = SERVED_WINDOW_S if profile.name != "smoke" else profile.translation_seconds
+    warmup = profile.translation_warmup_s
+    points = []
+    with contextlib.ExitStack() as stack:
+        models = [model for name in PRECISIONS.values() for model in (name, f"{name}_stream")]
+        server = start_server(stack, repository, models)
+        for name in PRECISIONS.values():  # the first requests load ORT's arenas: not part of any window
+            closed_loop(server.grpc_url, name, sentences[:2], 2, 1, NEW_TOKENS, max(0.5, warmup), 0.0)
+        cells = [(clients, False) for clients in CLIENTS] + [(1, True)]
+        for clients, stream in cells:
+            for precision, name in PRECISIONS.items():
+                what = f"served {precision}" + (" streams" if stream else "")
+                print(f"[bench] llm {what} at {clients} clients", file=sys.stderr, flush=True)
+                runs = [closed_loop(server.grpc_url, name, sentences, clients, 1, NEW_TOKENS, window, warmup, stream)
+                        for _ in range(profile.repetitions)]  # fmt: skip
+                summary = summarize_runs(runs)
+                tokens = summary["throughput"]["median"] * NEW_TOKENS
+                points.append({"runtime": f"served {precision}", "clients": clients, "stream": stream,
+                               "tokens_per_s": tokens, **summary})  # fmt: skip
+        memory = {"server_group_rss_mb": round(group_rss_mb(server.pid), 1), "stubs_rss_mb": stub_rss_mb(server)}
+    return points, memory
+
+
 def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Ours (offline at each batch; served, unary, at as many clients as the batch) ÷ each peer offline."""
     out = []
     for row in rows:
-        if not row["runtime"].startswith("ours"):
+        if not row["runtime"].startswith(("ours", "served")) or row.get("stream"):
             continue
         precision = "int8" if "int8" in row["runtime"] else "fp32"
+        batch = row.get("batch", row.get("clients"))
         for peer in (f"ctranslate2 {precision}", f"genai {precision}"):
-            other = next(r for r in rows if r["runtime"] == peer and r["batch"] == row["batch"])
-            out.append({"ours": row["runtime"], "batch": row["batch"], "peer": peer,
+            other = next(r for r in rows if r["runtime"] == peer and r.get("batch") == batch)
+            out.append({"ours": row["runtime"], "batch": batch, "peer": peer,
                         "ratio": row["tokens_per_s"] / other["tokens_per_s"] if other["tokens_per_s"] else
                         float("nan")})  # fmt: skip
     return out
@@ -150,9 +215,14 @@ def bars(section: dict[str, Any]) -> list[dict[str, Any]]:
     from benchmarks.summary import bar
 
     return [
-        bar(f"LLM ({section['model']}) ours fp32 ≥ 1.0× {r['peer']} offline, batch {r['batch']}", r["ratio"], BAR)
+        bar(
+            f"LLM ({section['model']}) served fp32 at {r['batch']} clients ≥ 1.0× {r['peer']} offline, batch "
+            f"{r['batch']}",
+            r["ratio"],
+            BAR,
+        )  # fmt: skip
         for r in section["ratios"]
-        if r["ours"] == "ours fp32" and r["batch"] == max(BATCHES) and r["peer"].endswith("fp32")
+        if r["ours"] == "served fp32" and r["batch"] == max(CLIENTS) and r["peer"].endswith("fp32")
     ]
 
 
@@ -170,7 +240,8 @@ def measure(profile: Profile, workdir: Path) -> dict[str, Any]:
     except ImportError:
         pass
     section["offline"] = offline(models, test, profile.repetitions)
-    section["ratios"] = ratios(section["offline"])
+    section["served"], section["served_memory"] = served(models, test, profile)
+    section["ratios"] = ratios(section["offline"] + section["served"])
     section["bars"] = bars(section)
     return section
 
@@ -192,7 +263,18 @@ def markdown(section: dict[str, Any]) -> list[str]:
         ttft = f"{row['ttft_ms']:.0f}" if "ttft_ms" in row else ""
         lines.append(f"| {row['runtime']} | {row['batch']} | {row['prompt_tokens_p50']:.0f} | "
                      f"{row['tokens_per_s']:.1f} | {runs} | {ttft} | {row['rss_mb']:.0f} |")  # fmt: skip
-    lines += ["", "| ours | batch | ÷ | ratio |", "|---|---|---|---|"]
+    stubs = section["served_memory"]["stubs_rss_mb"]
+    lines += ["", "| served | clients | tokens/s | p50 ms | time to first token p50 ms | engine memory MB |",
+              "|---|---|---|---|---|---|"]  # fmt: skip
+    for point in section["served"]:
+        name = PRECISIONS[point["runtime"].split()[-1]] + ("_stream" if point["stream"] else "")
+        ttft = f"{point['ttft_p50_ms']['median']:.0f}" if point["stream"] else ""
+        lines.append(f"| {point['runtime']}{' (streams)' if point['stream'] else ''} | {point['clients']} | "
+                     f"{point['tokens_per_s']:.1f} | {point['p50_ms']['median']:.0f} | {ttft} | "
+                     f"{stubs.get(f'{name}_0_0', float('nan')):.0f} |")  # fmt: skip
+    lines += ["", f"Served memory: one engine process (its stub); tritonserver and all four stubs together: "
+              f"{section['served_memory']['server_group_rss_mb']:.0f} MB."]  # fmt: skip
+    lines += ["", "| ours | batch or clients | ÷ | ratio |", "|---|---|---|---|"]
     for r in section["ratios"]:
         lines.append(f"| {r['ours']} | {r['batch']} | {r['peer']} | {r['ratio']:.2f} |")
     return [*lines, ""]
