@@ -63,22 +63,24 @@ def sample_folder(profile: Profile, workdir: Path, pairs: list[tuple[str, str]])
     return folder, "opus_mt"
 
 
-def import_both(folder: Path, workdir: Path) -> tuple[Path, Path]:
-    """The folder imported twice (fp32, int8) into a repository of its own; (repository, tasks folder)."""
+def import_both(folder: Path, workdir: Path, precisions: dict[str, str] = PRECISIONS) -> tuple[Path, Path]:
+    """The folder imported twice (fp32, int8: `precisions` names each) into a repository of its own; (repository,
+    tasks folder). The checkpoints go to `workdir`/checkpoints."""
     checkpoints, tasks, repository = workdir / "checkpoints", workdir / "tasks", workdir / "repository"
-    for precision, name in PRECISIONS.items():
+    for precision, name in precisions.items():
         flags = ["--int8"] if precision == "int8" else []
-        _run("-m", "export.import_hf", str(folder), "--task", "translate", "--name", name, *flags,
-             "--checkpoints", str(checkpoints), "--tasks-dir", str(tasks))  # fmt: skip
-    names = [flag for name in PRECISIONS.values() for flag in ("--task", name)]
+        run_module("-m", "export.import_hf", str(folder), "--task", "translate", "--name", name, *flags,
+                   "--checkpoints", str(checkpoints), "--tasks-dir", str(tasks))  # fmt: skip
+    names = [flag for name in precisions.values() for flag in ("--task", name)]
     env = {"ROPESERVE_TASKS_PATH": str(tasks)}
-    _run("-m", "tasks", "generate", *names, "--repository", str(repository), env=env)
-    _run("-m", "export.build_repository", *names, "--repository", str(repository), "--checkpoints", str(checkpoints),
-         env=env)  # fmt: skip
+    run_module("-m", "tasks", "generate", *names, "--repository", str(repository), env=env)
+    run_module("-m", "export.build_repository", *names, "--repository", str(repository),
+               "--checkpoints", str(checkpoints), env=env)  # fmt: skip
     return repository, tasks
 
 
-def _run(*argv: str, env: dict[str, str] | None = None) -> None:
+def run_module(*argv: str, env: dict[str, str] | None = None) -> None:
+    """`python -m ...` in the project's folder, failing loudly; `env` on top of this process's."""
     subprocess.run([sys.executable, *argv], cwd=ROOT, check=True, env={**os.environ, **(env or {})})
 
 

@@ -26,7 +26,6 @@ import concurrent.futures
 import contextlib
 import multiprocessing
 import os
-import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -59,32 +58,23 @@ def sample_folder(profile: Profile, workdir: Path, pairs: list[tuple[str, str]])
     return folder, "Qwen2.5-0.5B-shaped"
 
 
-def _run(*argv: str, env: dict[str, str] | None = None) -> None:
-    subprocess.run([sys.executable, *argv], cwd=ROOT, check=True, env={**os.environ, **(env or {})})
-
-
 def prepare(folder: Path, workdir: Path) -> dict[str, Path]:
-    """Each runtime's model, converted by its own tool: ours (fp32 and int8 in one import), CTranslate2's and
-    GenAI's per precision."""
+    """Each runtime's model, converted by its own tool: ours imported twice into one repository (fp32; int8, whose
+    folder holds both graphs, which the offline rows read), CTranslate2's and GenAI's per precision."""
     from ctranslate2.converters import TransformersConverter
 
-    checkpoints, tasks, repository = workdir / "checkpoints", workdir / "tasks", workdir / "repository"
-    for precision, name in PRECISIONS.items():
-        flags = ["--int8"] if precision == "int8" else []
-        _run("-m", "export.import_hf", str(folder), "--task", "translate", "--name", name, *flags,
-             "--checkpoints", str(checkpoints), "--tasks-dir", str(tasks))  # fmt: skip
-    names = [flag for name in PRECISIONS.values() for flag in ("--task", name)]
-    env = {"ROPESERVE_TASKS_PATH": str(tasks)}
-    _run("-m", "tasks", "generate", *names, "--repository", str(repository), env=env)
-    _run("-m", "export.build_repository", *names, "--repository", str(repository), "--checkpoints", str(checkpoints),
-         env=env)  # fmt: skip
+    from benchmarks.imported import import_both, run_module
+
+    repository, tasks = import_both(folder, workdir, PRECISIONS)
+    checkpoints = workdir / "checkpoints"
     models = {"ours": checkpoints / PRECISIONS["int8"], "repository": repository, "tasks": tasks}
     for precision, quantization in (("fp32", None), ("int8", "int8")):
         out = workdir / f"ct2-{precision}"
         TransformersConverter(str(folder)).convert(str(out), quantization=quantization, force=True)
         models[f"ctranslate2 {precision}"] = out
         out = workdir / f"genai-{precision}"
-        _run("-m", "onnxruntime_genai.models.builder", "-i", str(folder), "-o", str(out), "-p", precision, "-e", "cpu")
+        builder = ("-m", "onnxruntime_genai.models.builder", "-i", str(folder), "-o", str(out))
+        run_module(*builder, "-p", precision, "-e", "cpu")
         models[f"genai {precision}"] = out
     return models
 

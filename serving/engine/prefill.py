@@ -8,8 +8,8 @@ its row is copied into its beams' rows, and its whole blocks go into the prefix 
 Each engine step reads at most `chunk_tokens` prompt tokens, so a long prompt takes several steps and the running
 rows keep decoding between them: prompts with nothing cached yet share one call (right-padded to the longest
 piece), prompts that hold keys continue one per call (the contract's rule: ONNX Runtime's GroupQueryAttention
-continues a cache with several tokens for one row at a time). A prompt's piece costs the same per token in either
-(compute-bound: measured in docs/architecture.md), so the rule costs no speed. Prompts go first come, first served.
+continues a cache with several tokens for one row at a time). On a CPU a chunk of tens of tokens is bound by its
+arithmetic, not by reading the weights, so one row per call costs little. Prompts go first come, first served.
 """
 
 from __future__ import annotations
